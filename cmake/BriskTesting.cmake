@@ -1,0 +1,49 @@
+# One helper per kind of test, so every test is registered with ctest the same way.
+#   brisk_add_unit_test(NAME SOURCES a.cc b.cc [LIBS x y])   GoogleTest, label "unit".
+#       Links brisk::core (the non-override library) unless LIBS names another.
+#       Runs under sanitizer builds too.
+#   brisk_add_override_test(NAME COMMAND cmd args... [ENVIRONMENT K=V...])  label "override".
+#       Not registered in sanitizer builds.
+#   brisk_add_stress_smoke(NAME COMMAND cmd args... [ENVIRONMENT K=V...])   label "stress".
+#       Not registered in sanitizer builds.
+function(brisk_add_unit_test name)
+  cmake_parse_arguments(A "" "TIMEOUT" "SOURCES;LIBS" ${ARGN})
+  add_executable(${name} ${A_SOURCES})
+  if(NOT A_LIBS)
+    set(A_LIBS brisk::core)
+  endif()
+  find_package(GTest REQUIRED)
+  target_link_libraries(${name} PRIVATE ${A_LIBS} GTest::gtest GTest::gtest_main Threads::Threads)
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})
+  add_test(NAME ${name} COMMAND ${name})
+  if(NOT A_TIMEOUT)
+    set(A_TIMEOUT 600)
+  endif()
+  set_tests_properties(${name} PROPERTIES LABELS unit TIMEOUT ${A_TIMEOUT})
+endfunction()
+
+function(_brisk_add_command_test label name)
+  cmake_parse_arguments(A "" "TIMEOUT;WILL_FAIL" "COMMAND;ENVIRONMENT" ${ARGN})
+  if(BRISK_SANITIZE)
+    return()
+  endif()
+  add_test(NAME ${name} COMMAND ${A_COMMAND})
+  if(NOT A_TIMEOUT)
+    set(A_TIMEOUT 600)
+  endif()
+  set_tests_properties(${name} PROPERTIES LABELS ${label} TIMEOUT ${A_TIMEOUT})
+  if(A_ENVIRONMENT)
+    set_tests_properties(${name} PROPERTIES ENVIRONMENT "${A_ENVIRONMENT}")
+  endif()
+  if(A_WILL_FAIL)
+    set_tests_properties(${name} PROPERTIES WILL_FAIL ${A_WILL_FAIL})
+  endif()
+endfunction()
+
+function(brisk_add_override_test name)
+  _brisk_add_command_test(override ${name} ${ARGN})
+endfunction()
+
+function(brisk_add_stress_smoke name)
+  _brisk_add_command_test(stress ${name} ${ARGN})
+endfunction()

@@ -1,0 +1,63 @@
+/* brisk: a thread-caching memory allocator for multithreaded servers.
+ *
+ * The C API. Every function here is safe to call from any thread, before main and after the
+ * calling thread's cache is gone. Failure outcomes (the README's "Bad input" table):
+ *   - brisk_malloc / brisk_calloc / brisk_realloc / brisk_aligned_alloc return NULL with
+ *     errno = ENOMEM when the size cannot be served (size > PTRDIFF_MAX, calloc overflow);
+ *     brisk_realloc leaves the old block intact on failure.
+ *   - brisk_aligned_alloc returns NULL with errno = EINVAL when alignment is not a power of two.
+ *   - brisk_free of a pointer brisk never handed out, of a pointer into the middle of a block,
+ *     or of a block that is already free, prints one line naming the pointer to stderr and
+ *     aborts. It never hands the same block out twice.
+ */
+#ifndef BRISK_BRISK_H
+#define BRISK_BRISK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define BRISK_VERSION_MAJOR 0
+#define BRISK_VERSION_MINOR 1
+#define BRISK_VERSION_PATCH 0
+
+void* brisk_malloc(size_t size);
+void* brisk_calloc(size_t count, size_t size);
+void* brisk_realloc(void* ptr, size_t size);
+void brisk_free(void* ptr);
+/* Frees a block whose requested size (or any size up to its usable size) is known. */
+void brisk_free_sized(void* ptr, size_t size);
+/* alignment: any power of two (C11 aligned_alloc's size-multiple rule is not enforced). */
+void* brisk_aligned_alloc(size_t alignment, size_t size);
+/* Bytes that may be used at ptr; >= the size requested. 0 for NULL. */
+size_t brisk_usable_size(const void* ptr);
+
+/* Returns this thread's cached free memory to the central pools and the OS. */
+void brisk_thread_collect(void);
+
+/* Process-wide counters, for tests, the stress suite and operators. Approximate while other
+ * threads run; exact when the process is quiescent. */
+typedef struct brisk_stats {
+  uint64_t chunks_mapped;       /* 4 MiB chunks currently mapped for small and medium blocks */
+  uint64_t chunk_bytes_mapped;  /* bytes of those chunks */
+  uint64_t large_bytes_mapped;  /* bytes mapped for large blocks, live or cached */
+  uint64_t large_bytes_cached;  /* of which held in the large-block cache */
+  uint64_t large_live_blocks;   /* large blocks currently handed out */
+  uint64_t os_map_calls;        /* mmap calls made so far */
+  uint64_t os_unmap_calls;      /* munmap calls made so far */
+  uint64_t os_decommit_calls;   /* madvise calls that returned memory to the OS */
+  uint64_t heaps_live;          /* thread heaps attached to a running thread */
+  uint64_t heaps_total;         /* thread heaps ever created (they are recycled) */
+  uint64_t spans_orphaned;      /* spans held by the central pools without an owner */
+} brisk_stats;
+
+void brisk_get_stats(brisk_stats* out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* BRISK_BRISK_H */
