@@ -1,0 +1,142 @@
+#include "bench/compare/allocators.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "bench/compare/measure.h"
+
+namespace brisk::bench {
+namespace {
+
+struct Peer {
+  const char* name;
+  const char* library;  // file name in the multiarch library directory; empty for brisk/system
+};
+
+// Debian's runtime packages: libjemalloc2, libtcmalloc-minimal4, libmimalloc2.0, libtbbmalloc2.
+constexpr Peer kPeers[] = {
+    {"brisk", ""},
+    {"system", ""},
+    {"jemalloc", "libjemalloc.so.2"},
+    {"tcmalloc", "libtcmalloc_minimal.so.4"},
+    {"mimalloc", "libmimalloc.so.2"},
+    {"tbbmalloc", "libtbbmalloc_proxy.so.2"},
+};
+
+constexpr const char* kLibraryDirectories[] = {
+    "/usr/lib/x86_64-linux-gnu/", "/usr/lib/aarch64-linux-gnu/", "/usr/lib64/", "/usr/lib/", "/usr/local/lib/",
+};
+
+std::string real_path(const std::string& path) {
+  char resolved[PATH_MAX];
+  if (realpath(path.c_str(), resolved) == nullptr) return path;
+  return resolved;
+}
+
+bool readable(const std::string& path) { return access(path.c_str(), R_OK) == 0; }
+
+std::string base_name(const std::string& path) {
+  const std::size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+}  // namespace
+
+const std::vector<std::string>& known_allocator_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const Peer& peer : kPeers) v.emplace_back(peer.name);
+    return v;
+  }();
+  return names;
+}
+
+std::optional<Allocator> resolve_allocator(const std::string& spec, const std::string& brisk_library,
+                                           std::string* note, bool* unknown) {
+  *unknown = false;
+  std::string label;
+  std::string what = spec;
+  const std::size_t equals = spec.find('=');
+  if (equals != std::string::npos) {
+    label = spec.substr(0, equals);
+    what = spec.substr(equals + 1);
+  }
+  Allocator allocator;
+  if (what == "system") {
+    allocator.label = label.empty() ? "system" : label;
+    return allocator;
+  }
+  if (what == "brisk") {
+    allocator.label = label.empty() ? "brisk" : label;
+    if (brisk_library.empty() || !readable(brisk_library)) {
+      *note = "skipping brisk: libbrisk.so not found (" + (brisk_library.empty() ? std::string("not built") : brisk_library) +
+              "; build target brisk_shared or pass --brisk-lib PATH)";
+      return std::nullopt;
+    }
+    allocator.preload = real_path(brisk_library);
+    return allocator;
+  }
+  for (const Peer& peer : kPeers) {
+    if (what != peer.name || peer.library[0] == '\0') continue;
+    allocator.label = label.empty() ? peer.name : label;
+    for (const char* directory : kLibraryDirectories) {
+      const std::string candidate = std::string(directory) + peer.library;
+      if (readable(candidate)) {
+        allocator.preload = candidate;
+        return allocator;
+      }
+    }
+    *note = "skipping " + allocator.label + ": " + peer.library + " is not installed";
+    return std::nullopt;
+  }
+  if (what.find('/') == std::string::npos && what.find(".so") == std::string::npos) {
+    *unknown = true;
+    *note = "unknown allocator '" + what + "' (expected one of brisk system jemalloc tcmalloc mimalloc tbbmalloc all, or a path to a .so)";
+    return std::nullopt;
+  }
+  allocator.label = label.empty() ? base_name(what) : label;
+  if (!readable(what)) {
+    *note = "skipping " + allocator.label + ": " + what + " does not exist";
+    return std::nullopt;
+  }
+  // ld.so resolves a preload without a slash through the library path; always pass a full path.
+  allocator.preload = real_path(what);
+  return allocator;
+}
+
+bool preload_took_effect(const Allocator& allocator, const std::string& probe_path, std::string* note,
+                         std::string* detail) {
+  RunOptions options;
+  options.preload = allocator.preload;
+  const RunResult run = run_measured({probe_path}, options);
+  // The probe prints "malloc=PATH" and then "operator_new=PATH"; we only get its last line
+  // from run_measured, so it prints both on one line: "malloc=PATH operator_new=PATH".
+  *detail = run.last_line;
+  if (run.exit_code != 0) {
+    *note = "skipping " + allocator.label + ": the preload probe failed under it (exit " +
+            std::to_string(run.exit_code) + "): " + run.stderr_tail.substr(0, run.stderr_tail.find('\n'));
+    return false;
+  }
+  std::string malloc_owner;
+  std::istringstream fields(run.last_line);
+  std::string field;
+  while (fields >> field) {
+    if (field.rfind("malloc=", 0) == 0) malloc_owner = field.substr(7);
+  }
+  if (allocator.preload.empty()) {
+    if (base_name(malloc_owner).rfind("libc.so", 0) == 0) return true;
+    *note = "skipping " + allocator.label + ": malloc came from " + malloc_owner + ", not libc";
+    return false;
+  }
+  if (real_path(malloc_owner) == real_path(allocator.preload)) return true;
+  *note = "skipping " + allocator.label + ": LD_PRELOAD=" + allocator.preload + " did not take effect (malloc came from " +
+          (malloc_owner.empty() ? std::string("nowhere") : malloc_owner) + ")";
+  if (!run.stderr_tail.empty()) *note += ": " + run.stderr_tail.substr(0, run.stderr_tail.find('\n'));
+  return false;
+}
+
+}  // namespace brisk::bench

@@ -1,0 +1,169 @@
+// brisk-compare end to end: real processes, real preloads, and the CLI's exit codes.
+// The paths come from CMake: BRISK_BENCH_COMPARE, BRISK_BENCH_PROBE, BRISK_BENCH_FIXED_WORK and
+// BRISK_BENCH_SLOW_SHIM.
+#include "bench/compare/compare.h"
+
+#include <gtest/gtest.h>
+
+#include "bench/compare/allocators.h"
+#include "bench/compare/measure.h"
+
+namespace brisk::bench {
+namespace {
+
+Allocator system_allocator(const std::string& label) { return {label, ""}; }
+
+Plan plan_for(std::vector<Allocator> allocators, std::vector<std::string> argv, int pairs, int warmup) {
+  Plan plan;
+  plan.allocators = std::move(allocators);
+  plan.workloads.push_back({"fixed-work", std::move(argv)});
+  plan.pairs = pairs;
+  plan.warmup = warmup;
+  plan.progress = false;
+  return plan;
+}
+
+TEST(RoundOrder, RotatesEachRound) {
+  EXPECT_EQ(round_order(3, 0), (std::vector<std::size_t>{0, 1, 2}));
+  EXPECT_EQ(round_order(3, 1), (std::vector<std::size_t>{1, 2, 0}));
+  EXPECT_EQ(round_order(3, 2), (std::vector<std::size_t>{2, 0, 1}));
+  EXPECT_EQ(round_order(3, 3), (std::vector<std::size_t>{0, 1, 2}));
+  EXPECT_EQ(round_order(2, -1), (std::vector<std::size_t>{1, 0}));
+}
+
+TEST(Metric, ParsesOnlyNameEqualsNumber) {
+  auto m = parse_metric_line("ops_per_sec=12345.5");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->name, "ops_per_sec");
+  EXPECT_DOUBLE_EQ(m->value, 12345.5);
+  EXPECT_TRUE(parse_metric_line(" peak_mib = 3e2 "));
+  EXPECT_FALSE(parse_metric_line("done"));
+  EXPECT_FALSE(parse_metric_line("ops_per_sec=fast"));
+  EXPECT_FALSE(parse_metric_line("a b=1"));
+  EXPECT_FALSE(parse_metric_line("=1"));
+  EXPECT_TRUE(metric_higher_is_better("ops_per_sec"));
+  EXPECT_FALSE(metric_higher_is_better("peak_mib"));
+}
+
+TEST(Measure, CapturesTheLastLineExitCodeAndUsage) {
+  RunResult run = run_measured({BRISK_BENCH_FIXED_WORK, "--ms", "30"}, {});
+  EXPECT_EQ(run.exit_code, 0);
+  EXPECT_GE(run.wall_seconds, 0.030);
+  EXPECT_GT(run.user_seconds + run.system_seconds, 0.0);
+  EXPECT_GT(run.peak_rss_kib, 0);
+  EXPECT_EQ(run.last_line.rfind("ops_per_sec=", 0), 0u) << run.last_line;
+  RunResult failed = run_measured({BRISK_BENCH_FIXED_WORK, "--fail"}, {});
+  EXPECT_EQ(failed.exit_code, 3);
+  RunResult missing = run_measured({"/nonexistent/brisk-no-such-program"}, {});
+  EXPECT_TRUE(missing.exec_failed);
+  EXPECT_NE(missing.exit_code, 0);
+}
+
+TEST(Preload, ProbeAcceptsARealPreloadAndRejectsOneWithoutMalloc) {
+  std::string note, detail;
+  Allocator shim{"shim", BRISK_BENCH_SLOW_SHIM};
+  EXPECT_TRUE(preload_took_effect(shim, BRISK_BENCH_PROBE, &note, &detail)) << note;
+  EXPECT_TRUE(preload_took_effect(system_allocator("system"), BRISK_BENCH_PROBE, &note, &detail)) << note;
+  EXPECT_NE(detail.find("libc.so"), std::string::npos) << detail;
+  // The probe itself is not a shared library: ld.so refuses it and only warns.
+  Allocator broken{"broken", BRISK_BENCH_PROBE};
+  EXPECT_FALSE(preload_took_effect(broken, BRISK_BENCH_PROBE, &note, &detail));
+  EXPECT_NE(note.find("did not take effect"), std::string::npos) << note;
+}
+
+TEST(Resolve, NamesPathsAndLabels) {
+  std::string note;
+  bool unknown = false;
+  auto sys = resolve_allocator("system", "", &note, &unknown);
+  ASSERT_TRUE(sys);
+  EXPECT_TRUE(sys->preload.empty());
+  auto twin = resolve_allocator("twin=" BRISK_BENCH_SLOW_SHIM, "", &note, &unknown);
+  ASSERT_TRUE(twin);
+  EXPECT_EQ(twin->label, "twin");
+  EXPECT_FALSE(resolve_allocator("/nonexistent/libnope.so", "", &note, &unknown));
+  EXPECT_FALSE(unknown);
+  EXPECT_NE(note.find("skipping"), std::string::npos);
+  EXPECT_FALSE(resolve_allocator("brisk", "/nonexistent/libbrisk.so", &note, &unknown));
+  EXPECT_FALSE(unknown);
+  EXPECT_FALSE(resolve_allocator("hoard", "", &note, &unknown));
+  EXPECT_TRUE(unknown);
+}
+
+// Two identical allocators: the 95% interval of the median time ratio should contain 1.0. A
+// correct 95% interval still misses 1.0 in about one experiment in twenty, so the test allows
+// three independent experiments; a biased driver (pairs misaligned, order not rotated, ratios
+// inverted) misses in all three.
+TEST(Compare, IdenticalAllocatorsGiveAnIntervalContainingOne) {
+  bool contained = false;
+  std::string report;
+  for (int attempt = 0; attempt < 3 && !contained; ++attempt) {
+    Plan plan = plan_for({system_allocator("a"), system_allocator("b")}, {BRISK_BENCH_FIXED_WORK, "--ms", "20"}, 15, 1);
+    std::vector<WorkloadResult> results = run_comparison(plan);
+    ASSERT_EQ(results.size(), 1u);
+    ASSERT_FALSE(results[0].failed);
+    const AllocatorSummary& b = results[0].summaries[1];
+    EXPECT_EQ(b.wall.pairs, 15u);
+    EXPECT_EQ(results[0].samples.size(), 2u * (15 + 1));
+    contained = b.wall.ratio_interval.contains(1.0);
+    report += "[" + std::to_string(b.wall.ratio_interval.low) + ", " + std::to_string(b.wall.ratio_interval.high) + "] ";
+    ASSERT_TRUE(b.metric);
+    EXPECT_EQ(b.metric_name, "ops_per_sec");
+  }
+  EXPECT_TRUE(contained) << report;
+}
+
+// The shim's constructor busy-waits 80 ms; the workload works for 80 ms. Under the shim a run
+// takes twice as long, and the driver must say so, with 1.0 outside the interval.
+TEST(Compare, ATwiceSlowerAllocatorIsReportedAtRatioTwo) {
+  Plan plan = plan_for({system_allocator("system"), Allocator{"slow", BRISK_BENCH_SLOW_SHIM}},
+                       {BRISK_BENCH_FIXED_WORK, "--ms", "80"}, 5, 1);
+  std::vector<WorkloadResult> results = run_comparison(plan);
+  const AllocatorSummary& slow = results[0].summaries[1];
+  ASSERT_FALSE(results[0].failed);
+  EXPECT_GE(slow.wall.median_ratio, 1.6);
+  EXPECT_LE(slow.wall.median_ratio, 2.5);
+  EXPECT_FALSE(slow.wall.ratio_interval.contains(1.0));
+  EXPECT_LT(gain_percent_from_time_ratio(slow.wall.median_ratio), -35.0);
+}
+
+TEST(Compare, AFailingRunGivesNoRatio) {
+  Plan plan = plan_for({system_allocator("a"), system_allocator("b")}, {BRISK_BENCH_FIXED_WORK, "--fail"}, 3, 0);
+  std::vector<WorkloadResult> results = run_comparison(plan);
+  EXPECT_TRUE(results[0].failed);
+  EXPECT_TRUE(results[0].summaries[0].failed);
+  EXPECT_EQ(results[0].summaries[1].wall.pairs, 0u);
+  // The baseline failed in round 0: that round finishes, no further round runs.
+  EXPECT_EQ(results[0].samples.size(), 2u);
+}
+
+RunResult cli(std::vector<std::string> args) {
+  args.insert(args.begin(), BRISK_BENCH_COMPARE);
+  return run_measured(args, {});
+}
+
+TEST(Cli, AMissingPeerIsSkippedAndTheRunSucceeds) {
+  RunResult run = cli({"--pairs", "2", "--warmup", "0", "--alloc", "system", "--alloc", "/nonexistent/libnope.so",
+                       "--alloc", "tbbmalloc", "--", BRISK_BENCH_FIXED_WORK, "--ms", "5"});
+  EXPECT_EQ(run.exit_code, 0) << run.stderr_tail;
+  EXPECT_NE(run.stderr_tail.find("skipping libnope.so"), std::string::npos) << run.stderr_tail;
+}
+
+TEST(Cli, WrongUsageExitsTwoWithOneLine) {
+  for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
+           {"--pairs", "0", "--", "true"}, {"--frobnicate"}, {"--alloc", "system"}, {"--alloc", "hoard", "--", "true"},
+           {"--suite", "nope"}, {"--pairs"}}) {
+    RunResult run = cli(args);
+    EXPECT_EQ(run.exit_code, 2) << args[0];
+    EXPECT_EQ(std::count(run.stderr_tail.begin(), run.stderr_tail.end(), '\n'), 1) << run.stderr_tail;
+  }
+}
+
+TEST(Cli, AFailingCommandIsReportedAndTheExitIsNonZero) {
+  RunResult run = cli({"--pairs", "2", "--warmup", "0", "--alloc", "system", "--json", "/dev/null", "--",
+                       BRISK_BENCH_FIXED_WORK, "--fail"});
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_NE(run.stderr_tail.find("failed (exit 3)"), std::string::npos) << run.stderr_tail;
+}
+
+}  // namespace
+}  // namespace brisk::bench

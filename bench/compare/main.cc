@@ -1,0 +1,299 @@
+// brisk-compare: runs a command under several allocators, preloaded, in alternating paired
+// rounds, and reports each allocator's median time ratio to a baseline with a bootstrap interval.
+// See bench/README.md for the method and how to read the table.
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench/compare/allocators.h"
+#include "bench/compare/compare.h"
+#include "bench/compare/report.h"
+
+#ifndef BRISK_BENCH_BRISK_LIB
+#define BRISK_BENCH_BRISK_LIB ""
+#endif
+#ifndef BRISK_BENCH_STRESS
+#define BRISK_BENCH_STRESS ""
+#endif
+#ifndef BRISK_BENCH_PROBE
+#define BRISK_BENCH_PROBE ""
+#endif
+
+namespace brisk::bench {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: brisk-compare [--pairs N] [--warmup N] [--alloc NAME]... [--baseline LABEL] [--json FILE]\n"
+    "                     [--svg FILE] [--brisk-lib PATH] [--stress PATH] [--env NAME=VALUE]... [--echo]\n"
+    "                     (--suite mmtest|stress [--scale PCT] | -- COMMAND [ARGS...])\n"
+    "  NAME: brisk system jemalloc tcmalloc mimalloc tbbmalloc all, a path to a .so, or LABEL=NAME|PATH\n"
+    "  defaults: --alloc all, --baseline brisk, --pairs 25 --warmup 3 (suites: --pairs 7 --warmup 1)\n";
+
+// Suites: the brisk-stress workloads, each a row of its own. Scales keep `scripts/mmtest.sh`
+// (brisk and system, 7 pairs) to a few minutes on a 2-core machine.
+struct Suite {
+  const char* name;
+  std::vector<std::string> workloads;
+  int default_scale;  // percent of the full workload, passed as --scale
+};
+
+const std::vector<Suite>& suites() {
+  static const std::vector<Suite> all = {
+      {"mmtest", {"small", "medium", "large", "strings"}, 10},
+      {"stress", {"prodcons", "larson", "churn", "realloc"}, 10},
+  };
+  return all;
+}
+
+[[noreturn]] void usage_error(const std::string& message) {
+  std::fprintf(stderr, "brisk-compare: %s (see --help)\n", message.c_str());
+  std::exit(2);
+}
+
+bool parse_int(const std::string& text, int minimum, int* out) {
+  char* end = nullptr;
+  const long value = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || value < minimum || value > 1000000) return false;
+  *out = static_cast<int>(value);
+  return true;
+}
+
+std::string directory_of_self() {
+  char path[4096];
+  const ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+  if (n <= 0) return ".";
+  std::string self(path, static_cast<std::size_t>(n));
+  return self.substr(0, self.rfind('/'));
+}
+
+std::string quote(const std::string& arg) {
+  if (!arg.empty() && arg.find_first_of(" \t'\"$\\") == std::string::npos) return arg;
+  std::string out = "'";
+  for (char c : arg) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buffer[32];
+  std::strftime(buffer, sizeof buffer, "%Y-%m-%d %H:%M UTC", &tm);
+  return buffer;
+}
+
+std::string host_description() {
+  utsname name{};
+  uname(&name);
+  std::string cpu;
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (line.rfind("model name", 0) == 0) {
+      cpu = line.substr(line.find(':') + 2);
+      break;
+    }
+  }
+  return std::string(name.sysname) + " " + name.release + " " + name.machine + ", " +
+         std::to_string(std::thread::hardware_concurrency()) + " CPUs" + (cpu.empty() ? "" : ", " + cpu);
+}
+
+std::string first_existing(std::initializer_list<std::string> candidates) {
+  for (const std::string& c : candidates) {
+    if (!c.empty() && access(c.c_str(), X_OK | R_OK) == 0) return c;
+  }
+  return "";
+}
+
+int run(int argc, char** argv) {
+  Plan plan;
+  bool pairs_set = false, warmup_set = false;
+  std::vector<std::string> alloc_specs;
+  std::string baseline_label, json_path, svg_path, suite_name;
+  std::string brisk_lib = std::getenv("BRISK_LIB") ? std::getenv("BRISK_LIB") : BRISK_BENCH_BRISK_LIB;
+  std::string stress_path = std::getenv("BRISK_STRESS") ? std::getenv("BRISK_STRESS") : BRISK_BENCH_STRESS;
+  int scale = 0;
+  std::vector<std::string> command;
+
+  std::string command_line = "brisk-compare";
+  for (int i = 1; i < argc; ++i) command_line += " " + quote(argv[i]);
+
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage_error(arg + " needs a value");
+      return argv[++i];
+    };
+    if (arg == "--") {
+      for (++i; i < argc; ++i) command.emplace_back(argv[i]);
+      break;
+    } else if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (arg == "--pairs") {
+      if (!parse_int(value(), 1, &plan.pairs)) usage_error("--pairs needs an integer >= 1");
+      pairs_set = true;
+    } else if (arg == "--warmup") {
+      if (!parse_int(value(), 0, &plan.warmup)) usage_error("--warmup needs an integer >= 0");
+      warmup_set = true;
+    } else if (arg == "--alloc") {
+      alloc_specs.push_back(value());
+    } else if (arg == "--baseline") {
+      baseline_label = value();
+    } else if (arg == "--json") {
+      json_path = value();
+    } else if (arg == "--svg") {
+      svg_path = value();
+    } else if (arg == "--brisk-lib") {
+      brisk_lib = value();
+    } else if (arg == "--stress") {
+      stress_path = value();
+    } else if (arg == "--suite") {
+      suite_name = value();
+    } else if (arg == "--scale") {
+      if (!parse_int(value(), 1, &scale)) usage_error("--scale needs a percentage >= 1");
+    } else if (arg == "--env") {
+      const std::string env = value();
+      if (env.find('=') == std::string::npos || env[0] == '=') usage_error("--env needs NAME=VALUE");
+      plan.environment.push_back(env);
+    } else if (arg == "--echo") {
+      plan.echo_output = true;
+    } else if (arg == "--quiet") {
+      plan.progress = false;
+    } else {
+      usage_error("unknown option " + arg);
+    }
+  }
+
+  ReportContext context;
+  context.command_line = command_line;
+  context.date = utc_now();
+  context.host = host_description();
+
+  // The workloads.
+  if (!suite_name.empty() && !command.empty()) usage_error("give either --suite or -- COMMAND, not both");
+  if (suite_name.empty() && command.empty()) usage_error("no command: give --suite NAME or -- COMMAND [ARGS]");
+  if (!suite_name.empty()) {
+    const Suite* suite = nullptr;
+    for (const Suite& s : suites()) {
+      if (suite_name == s.name) suite = &s;
+    }
+    if (suite == nullptr) usage_error("unknown suite " + suite_name + " (expected mmtest or stress)");
+    if (!pairs_set) plan.pairs = 7;
+    if (!warmup_set) plan.warmup = 1;
+    if (scale == 0) scale = suite->default_scale;
+    stress_path = first_existing({stress_path});
+    if (stress_path.empty()) {
+      std::fprintf(stderr, "brisk-compare: brisk-stress not found; build target brisk-stress or pass --stress PATH\n");
+      return 1;
+    }
+    for (const std::string& name : suite->workloads) {
+      plan.workloads.push_back({name, {stress_path, name, "--scale", std::to_string(scale)}});
+    }
+    context.notes.push_back("suite " + suite_name + ": " + stress_path + " WORKLOAD --scale " + std::to_string(scale) +
+                            (pairs_set ? "" : " (suites default to 7 pairs and 1 warm-up; the seed's method uses 25 and 3)"));
+  } else {
+    if (scale != 0) usage_error("--scale applies to --suite only");
+    std::string name = command[0].substr(command[0].rfind('/') + 1);
+    for (std::size_t i = 1; i < command.size(); ++i) name += " " + command[i];
+    plan.workloads.push_back({name, command});
+  }
+
+  // The allocators: resolve, then check each preload really took effect.
+  if (alloc_specs.empty()) alloc_specs.push_back("all");
+  std::vector<std::string> expanded;
+  for (const std::string& spec : alloc_specs) {
+    if (spec == "all") {
+      for (const std::string& name : known_allocator_names()) expanded.push_back(name);
+    } else {
+      expanded.push_back(spec);
+    }
+  }
+  std::string probe = first_existing({BRISK_BENCH_PROBE, directory_of_self() + "/brisk-preload-probe"});
+  if (probe.empty()) {
+    std::fprintf(stderr, "brisk-compare: brisk-preload-probe not found next to brisk-compare\n");
+    return 1;
+  }
+  std::set<std::string> labels;
+  for (const std::string& spec : expanded) {
+    std::string note, detail;
+    bool unknown = false;
+    std::optional<Allocator> allocator = resolve_allocator(spec, brisk_lib, &note, &unknown);
+    if (unknown) usage_error(note);
+    if (!allocator) {
+      std::fprintf(stderr, "brisk-compare: %s\n", note.c_str());
+      context.notes.push_back(note);
+      continue;
+    }
+    if (labels.count(allocator->label)) {
+      // "--alloc all --alloc jemalloc" names jemalloc twice; run it once.
+      continue;
+    }
+    if (!preload_took_effect(*allocator, probe, &note, &detail)) {
+      std::fprintf(stderr, "brisk-compare: %s\n", note.c_str());
+      context.notes.push_back(note);
+      continue;
+    }
+    labels.insert(allocator->label);
+    plan.allocators.push_back(*allocator);
+  }
+  if (plan.allocators.empty()) {
+    std::fprintf(stderr, "brisk-compare: no allocator left to run\n");
+    return 1;
+  }
+  const std::string wanted = baseline_label.empty() ? "brisk" : baseline_label;
+  bool found = false;
+  for (std::size_t a = 0; a < plan.allocators.size(); ++a) {
+    if (plan.allocators[a].label == wanted) {
+      plan.baseline = a;
+      found = true;
+    }
+  }
+  if (!found) {
+    if (!baseline_label.empty()) usage_error("--baseline " + baseline_label + " is not among the allocators run");
+    plan.baseline = 0;
+    context.notes.push_back("brisk is not among the allocators run; the baseline is " + plan.allocators[0].label);
+  }
+
+  std::vector<WorkloadResult> results = run_comparison(plan);
+
+  write_markdown(std::cout, plan, results, context);
+  std::cout.flush();
+  if (!json_path.empty()) {
+    std::ofstream out(json_path);
+    write_json(out, plan, results, context);
+    if (!out) {
+      std::fprintf(stderr, "brisk-compare: cannot write %s\n", json_path.c_str());
+      return 1;
+    }
+  }
+  if (!svg_path.empty()) {
+    std::ofstream out(svg_path);
+    write_svg(out, plan, results, context);
+    if (!out) {
+      std::fprintf(stderr, "brisk-compare: cannot write %s\n", svg_path.c_str());
+      return 1;
+    }
+  }
+  for (const WorkloadResult& result : results) {
+    if (result.failed) {
+      std::fprintf(stderr, "brisk-compare: some runs failed; their rows report no ratio\n");
+      return 1;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace brisk::bench
+
+int main(int argc, char** argv) { return brisk::bench::run(argc, argv); }

@@ -1,0 +1,26 @@
+// brisk-preload-probe: prints, on one line, which loaded object defines `malloc` and which defines
+// `operator new(size_t)` in this process. brisk-compare runs it under each LD_PRELOAD to check
+// that the preload really replaced the allocator (ld.so only prints a warning when it fails).
+#include <dlfcn.h>
+
+#include <cstdio>
+
+namespace {
+
+const char* owner_of(const char* symbol) {
+  void* address = dlsym(RTLD_DEFAULT, symbol);
+  if (address == nullptr) return "none";
+  Dl_info info{};
+  if (dladdr(address, &info) == 0 || info.dli_fname == nullptr) return "unknown";
+  return info.dli_fname;
+}
+
+}  // namespace
+
+int main() {
+  // Use operator new so that libstdc++ (or the preload) is asked for it as in any C++ workload.
+  int* volatile touch = new int(1);
+  delete touch;
+  std::printf("malloc=%s operator_new=%s\n", owner_of("malloc"), owner_of("_Znwm"));
+  return 0;
+}
