@@ -1,0 +1,424 @@
+// Properties of the brisk_* C API and brisk::allocator, checked from outside: every size from 0
+// to past the medium classes and a sweep of large ones, every power-of-two alignment to 1 MiB,
+// realloc keeping contents across size classes, calloc zeroing of reused memory, usable size,
+// and every errno case of the README's "Bad input" table.
+#include <brisk/brisk.h>
+#include <brisk/brisk.hpp>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tests/test_util.h"
+
+namespace {
+
+using brisk_test::FirstMismatch;
+using brisk_test::FirstNonZero;
+using brisk_test::Fill;
+using brisk_test::IsAligned;
+using brisk_test::kScale;
+
+constexpr size_t kMinAlign = alignof(std::max_align_t);  // 16 on x86-64
+static_assert(kMinAlign >= 16);
+
+// Sizes are passed through a volatile so the compiler cannot fold or drop allocation calls.
+size_t Opaque(size_t n) {
+  volatile size_t v = n;
+  return v;
+}
+
+struct Block {
+  char* p;
+  size_t size;
+  uint64_t seed;
+};
+
+// Fails if any two live blocks overlap (each block counted with its usable size).
+void ExpectDisjoint(std::vector<Block> blocks) {
+  std::sort(blocks.begin(), blocks.end(), [](const Block& a, const Block& b) { return a.p < b.p; });
+  for (size_t i = 1; i < blocks.size(); ++i) {
+    size_t prev_usable = brisk_usable_size(blocks[i - 1].p);
+    ASSERT_LE(reinterpret_cast<uintptr_t>(blocks[i - 1].p) + prev_usable,
+              reinterpret_cast<uintptr_t>(blocks[i].p))
+        << "blocks " << static_cast<void*>(blocks[i - 1].p) << " (usable " << prev_usable << ") and "
+        << static_cast<void*>(blocks[i].p) << " overlap";
+  }
+}
+
+// Checks one fresh block: non-null, aligned, usable >= size, and writable and readable over its
+// whole usable size.
+void CheckFreshBlock(void* p, size_t size, size_t alignment, uint64_t seed) {
+  ASSERT_NE(p, nullptr) << "size " << size << " alignment " << alignment;
+  ASSERT_TRUE(IsAligned(p, alignment)) << p << " size " << size << " alignment " << alignment;
+  size_t usable = brisk_usable_size(p);
+  ASSERT_GE(usable, size) << p;
+  Fill(p, usable, seed);
+  ASSERT_EQ(FirstMismatch(p, usable, seed), SIZE_MAX) << p << " size " << size;
+}
+
+TEST(BriskApi, EverySmallAndMediumSize) {
+  // Every size from 0 to 4 KiB, then every 13th (13 is odd, so all residues mod 16 still
+  // occur) to past 64 KiB. A window of the last blocks stays live so neighbouring
+  // blocks of the same class must not overlap and must keep their contents.
+  constexpr size_t kMax = 70000;
+  constexpr size_t kWindow = 64;
+  std::vector<Block> live;
+  for (size_t size = 0; size <= kMax; size += (size < 4096 ? 1 : 13 * kScale)) {
+    void* p = brisk_malloc(Opaque(size));
+    ASSERT_NE(p, nullptr) << "brisk_malloc(" << size << ")";
+    ASSERT_TRUE(IsAligned(p, kMinAlign)) << p << " size " << size;
+    size_t usable = brisk_usable_size(p);
+    ASSERT_GE(usable, size) << p;
+    Fill(p, usable, size);
+    live.push_back({static_cast<char*>(p), usable, size});
+    if (live.size() == kWindow) {
+      ExpectDisjoint(live);
+      for (const Block& b : live) {
+        ASSERT_EQ(FirstMismatch(b.p, b.size, b.seed), SIZE_MAX)
+            << "block " << static_cast<void*>(b.p) << " of usable size " << b.size << " was overwritten";
+        brisk_free(b.p);
+      }
+      live.clear();
+    }
+  }
+  for (const Block& b : live) {
+    ASSERT_EQ(FirstMismatch(b.p, b.size, b.seed), SIZE_MAX);
+    brisk_free(b.p);
+  }
+}
+
+TEST(BriskApi, ZeroSizeGivesDistinctFreeableBlocks) {
+  void* a = brisk_malloc(Opaque(0));
+  void* b = brisk_malloc(Opaque(0));
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_NE(a, b);
+  brisk_free(a);
+  brisk_free(b);
+}
+
+TEST(BriskApi, LargeSizeSweep) {
+  // Powers of two and their neighbours from 64 KiB to 64 MiB, written and verified over the
+  // whole usable size, with a few blocks live at once.
+  std::vector<size_t> sizes;
+  for (size_t s = size_t{64} << 10; s <= (size_t{64} << 20); s *= 2) {
+    for (size_t v : {s - 1, s, s + 1, s + s / 2, s + 4096 + 7}) {
+      if (v <= (size_t{64} << 20)) sizes.push_back(v);
+    }
+  }
+  std::vector<Block> live;
+  uint64_t seed = 1;
+  for (size_t size : sizes) {
+    void* p = brisk_malloc(Opaque(size));
+    ASSERT_NO_FATAL_FAILURE(CheckFreshBlock(p, size, kMinAlign, seed));
+    live.push_back({static_cast<char*>(p), brisk_usable_size(p), seed++});
+    if (live.size() == 4) {
+      ExpectDisjoint(live);
+      for (const Block& b : live) {
+        ASSERT_EQ(FirstMismatch(b.p, b.size, b.seed), SIZE_MAX) << static_cast<void*>(b.p);
+        brisk_free(b.p);
+      }
+      live.clear();
+    }
+  }
+  for (const Block& b : live) {
+    ASSERT_EQ(FirstMismatch(b.p, b.size, b.seed), SIZE_MAX);
+    brisk_free(b.p);
+  }
+}
+
+TEST(BriskApi, AlignedAllocEveryPowerOfTwo) {
+  // Every power of two from 1 to 1 MiB, with sizes below, at and above the alignment; all
+  // blocks of one alignment stay live together and are checked for overlap.
+  uint64_t seed = 100;
+  for (size_t alignment = 1; alignment <= (size_t{1} << 20); alignment *= 2) {
+    std::vector<Block> live;
+    std::vector<size_t> sizes = {1, 8, 16, 24, 100, 4096, 40000};
+    for (size_t k : {alignment - 1, alignment, alignment + 1, 3 * alignment}) sizes.push_back(k);
+    for (size_t size : sizes) {
+      if (size == 0) size = 1;
+      for (int rep = 0; rep < 3; ++rep) {
+        void* p = brisk_aligned_alloc(Opaque(alignment), Opaque(size));
+        // Alignments below max_align_t still get at least max_align_t from malloc-like paths;
+        // only the requested alignment is promised.
+        ASSERT_NO_FATAL_FAILURE(CheckFreshBlock(p, size, alignment, seed));
+        EXPECT_TRUE(IsAligned(p, std::min(alignment, kMinAlign)));
+        live.push_back({static_cast<char*>(p), brisk_usable_size(p), seed++});
+      }
+    }
+    ExpectDisjoint(live);
+    for (const Block& b : live) {
+      ASSERT_EQ(FirstMismatch(b.p, b.size, b.seed), SIZE_MAX)
+          << "alignment " << alignment << " block " << static_cast<void*>(b.p);
+      brisk_free(b.p);
+    }
+  }
+}
+
+// Reallocs p through the given sizes, checking that the common prefix survives every step.
+void ReallocChain(const std::vector<size_t>& sizes, uint64_t seed) {
+  size_t size = sizes[0];
+  char* p = static_cast<char*>(brisk_malloc(Opaque(size)));
+  ASSERT_NE(p, nullptr);
+  Fill(p, size, seed);
+  for (size_t i = 1; i < sizes.size(); ++i) {
+    size_t next = sizes[i];
+    char* q = static_cast<char*>(brisk_realloc(p, Opaque(next)));
+    ASSERT_NE(q, nullptr) << "realloc " << size << " -> " << next;
+    ASSERT_TRUE(IsAligned(q, kMinAlign)) << q;
+    ASSERT_GE(brisk_usable_size(q), next);
+    size_t kept = std::min(size, next);
+    ASSERT_EQ(FirstMismatch(q, kept, seed), SIZE_MAX) << "realloc " << size << " -> " << next
+                                                      << " lost contents";
+    // Refill the whole new size so the next step checks fresh bytes past the old end too.
+    seed = seed * 31 + 7;
+    Fill(q, next, seed);
+    p = q;
+    size = next;
+  }
+  brisk_free(p);
+}
+
+TEST(BriskApi, ReallocKeepsContents) {
+  // small -> small, growing and shrinking within and across classes
+  ReallocChain({1, 2, 15, 16, 17, 31, 48, 64, 100, 128, 129, 255, 256, 100, 17, 3}, 1);
+  // small -> medium -> large -> and back down
+  ReallocChain({24, 1000, 5000, 33000, 70000, 300000, size_t{3} << 20, size_t{9} << 20, 500000, 40000,
+                3000, 200, 8},
+               2);
+  // large -> larger -> smaller, staying large
+  ReallocChain({size_t{2} << 20, (size_t{2} << 20) + 1, size_t{16} << 20, size_t{5} << 20, size_t{1} << 20}, 3);
+  // the same size again, and sizes just around the usable size
+  void* p = brisk_malloc(Opaque(40));
+  ASSERT_NE(p, nullptr);
+  size_t usable = brisk_usable_size(p);
+  ReallocChain({40, 40, usable, usable + 1, usable, 40}, 4);
+  brisk_free(p);
+}
+
+TEST(BriskApi, ReallocNullAllocates) {
+  void* p = brisk_realloc(nullptr, Opaque(100));
+  ASSERT_NO_FATAL_FAILURE(CheckFreshBlock(p, 100, kMinAlign, 9));
+  brisk_free(p);
+}
+
+TEST(BriskApi, ReallocManyRandomSteps) {
+  brisk_test::Rng rng(77);
+  constexpr int kBlocks = 32;
+  std::vector<Block> blocks(kBlocks);
+  for (int i = 0; i < kBlocks; ++i) {
+    size_t s = brisk_test::MixedSize(rng);
+    blocks[i] = {static_cast<char*>(brisk_malloc(s)), s, rng.Next()};
+    ASSERT_NE(blocks[i].p, nullptr);
+    Fill(blocks[i].p, s, blocks[i].seed);
+  }
+  for (int step = 0; step < 4000 / kScale; ++step) {
+    Block& b = blocks[rng.Below(kBlocks)];
+    size_t next = brisk_test::MixedSize(rng);
+    char* q = static_cast<char*>(brisk_realloc(b.p, next));
+    ASSERT_NE(q, nullptr);
+    ASSERT_EQ(FirstMismatch(q, std::min(b.size, next), b.seed), SIZE_MAX)
+        << "step " << step << " realloc " << b.size << " -> " << next;
+    b = {q, next, rng.Next()};
+    Fill(q, next, b.seed);
+  }
+  for (const Block& b : blocks) {
+    ASSERT_EQ(FirstMismatch(b.p, b.size, b.seed), SIZE_MAX);
+    brisk_free(b.p);
+  }
+}
+
+TEST(BriskApi, CallocZeroesFreshAndReusedMemory) {
+  auto CopiesOf = [](size_t s) { return s > (size_t{1} << 20) ? 2 : 8; };
+  const std::vector<size_t> sizes = {1,     7,      16,     48,     100,     1000,     4096,
+                                     5000,  40000,  70000,  300000, 1 << 20, 3 << 20, 17 << 20};
+  for (int round = 0; round < 3; ++round) {
+    // Dirty memory of every size, free it, then calloc the same sizes: reuse must be zeroed.
+    std::vector<void*> dirty;
+    for (size_t s : sizes) {
+      for (int i = 0; i < CopiesOf(s); ++i) {
+        void* p = brisk_malloc(s);
+        ASSERT_NE(p, nullptr);
+        std::memset(p, 0xA5, brisk_usable_size(p));
+        dirty.push_back(p);
+      }
+    }
+    for (void* p : dirty) brisk_free(p);
+    std::vector<void*> zeroed;
+    for (size_t s : sizes) {
+      for (int i = 0; i < CopiesOf(s); ++i) {
+        // count x size split several ways
+        size_t count = (i % 2 == 0) ? 1 : s;
+        size_t each = (i % 2 == 0) ? s : 1;
+        void* p = brisk_calloc(Opaque(count), Opaque(each));
+        ASSERT_NE(p, nullptr) << "calloc(" << count << ", " << each << ")";
+        ASSERT_TRUE(IsAligned(p, kMinAlign));
+        ASSERT_GE(brisk_usable_size(p), s);
+        ASSERT_EQ(FirstNonZero(p, s), SIZE_MAX) << "calloc of " << s << " bytes not zeroed (round "
+                                                << round << ")";
+        std::memset(p, 0x5A, s);  // dirty it for the next round
+        zeroed.push_back(p);
+      }
+    }
+    for (void* p : zeroed) brisk_free(p);
+  }
+  void* z = brisk_calloc(Opaque(0), Opaque(16));
+  ASSERT_NE(z, nullptr);
+  brisk_free(z);
+}
+
+TEST(BriskApi, UsableSizeOfNullIsZero) { EXPECT_EQ(brisk_usable_size(nullptr), 0u); }
+
+TEST(BriskApi, FreeNullIsNoOp) {
+  brisk_free(nullptr);
+  brisk_free_sized(nullptr, 0);
+}
+
+TEST(BriskApi, FreeSized) {
+  // brisk_free_sized with the requested size, and with any size up to the usable size, for
+  // small, medium and large blocks; the memory must be usable afterwards.
+  for (size_t s : {size_t{1}, size_t{16}, size_t{33}, size_t{500}, size_t{4000}, size_t{70000},
+                   size_t{1} << 20, size_t{5} << 20}) {
+    for (int variant = 0; variant < 3; ++variant) {
+      void* p = brisk_malloc(Opaque(s));
+      ASSERT_NO_FATAL_FAILURE(CheckFreshBlock(p, s, kMinAlign, s + variant));
+      size_t usable = brisk_usable_size(p);
+      size_t told = variant == 0 ? s : variant == 1 ? usable : s + (usable - s) / 2;
+      brisk_free_sized(p, told);
+    }
+  }
+  // Interleaved with plain frees in one class.
+  std::vector<void*> v;
+  for (int i = 0; i < 1000; ++i) v.push_back(brisk_malloc(64));
+  for (int i = 0; i < 1000; ++i) {
+    if (i % 2) brisk_free_sized(v[i], 64);
+    else brisk_free(v[i]);
+  }
+}
+
+// ---- errno cases ----------------------------------------------------------------------------
+
+TEST(BriskErrno, MallocTooLarge) {
+  for (size_t s : {SIZE_MAX, SIZE_MAX - 4096, size_t{PTRDIFF_MAX} + 1, size_t{PTRDIFF_MAX}}) {
+    errno = 0;
+    void* p = brisk_malloc(Opaque(s));
+    EXPECT_EQ(p, nullptr) << "brisk_malloc(" << s << ")";
+    EXPECT_EQ(errno, ENOMEM) << "brisk_malloc(" << s << ")";
+    if (p) brisk_free(p);
+  }
+}
+
+TEST(BriskErrno, CallocOverflow) {
+  const std::pair<size_t, size_t> cases[] = {
+      {SIZE_MAX, 2}, {2, SIZE_MAX}, {size_t{1} << 32, size_t{1} << 32}, {(SIZE_MAX / 16) + 1, 16},
+      {size_t{PTRDIFF_MAX} / 2 + 1, 2}, {SIZE_MAX, SIZE_MAX}};
+  for (auto [n, m] : cases) {
+    errno = 0;
+    void* p = brisk_calloc(Opaque(n), Opaque(m));
+    EXPECT_EQ(p, nullptr) << "brisk_calloc(" << n << ", " << m << ")";
+    EXPECT_EQ(errno, ENOMEM) << "brisk_calloc(" << n << ", " << m << ")";
+    if (p) brisk_free(p);
+  }
+}
+
+TEST(BriskErrno, ReallocTooLargeKeepsBlock) {
+  for (size_t start : {size_t{40}, size_t{5000}, size_t{200000}, size_t{3} << 20}) {
+    char* p = static_cast<char*>(brisk_malloc(start));
+    ASSERT_NE(p, nullptr);
+    Fill(p, start, start);
+    for (size_t s : {SIZE_MAX, size_t{PTRDIFF_MAX} + 1}) {
+      errno = 0;
+      void* q = brisk_realloc(p, Opaque(s));
+      EXPECT_EQ(q, nullptr) << "brisk_realloc(p, " << s << ")";
+      EXPECT_EQ(errno, ENOMEM);
+      ASSERT_EQ(FirstMismatch(p, start, start), SIZE_MAX) << "failed realloc damaged the block";
+      ASSERT_GE(brisk_usable_size(p), start);
+    }
+    // The block is still live and ordinary: it can grow and be freed.
+    char* q = static_cast<char*>(brisk_realloc(p, start * 2));
+    ASSERT_NE(q, nullptr);
+    ASSERT_EQ(FirstMismatch(q, start, start), SIZE_MAX);
+    brisk_free(q);
+  }
+}
+
+TEST(BriskErrno, AlignedAllocBadAlignment) {
+  for (size_t alignment : {size_t{0}, size_t{3}, size_t{24}, size_t{48}, size_t{100}, size_t{4097},
+                           SIZE_MAX, (size_t{1} << 20) + (size_t{1} << 19)}) {
+    errno = 0;
+    void* p = brisk_aligned_alloc(Opaque(alignment), Opaque(64));
+    EXPECT_EQ(p, nullptr) << "brisk_aligned_alloc(" << alignment << ", 64)";
+    EXPECT_EQ(errno, EINVAL) << "brisk_aligned_alloc(" << alignment << ", 64)";
+    if (p) brisk_free(p);
+  }
+}
+
+TEST(BriskErrno, AlignedAllocTooLarge) {
+  for (size_t s : {SIZE_MAX, size_t{PTRDIFF_MAX} + 1}) {
+    errno = 0;
+    void* p = brisk_aligned_alloc(Opaque(64), Opaque(s));
+    EXPECT_EQ(p, nullptr);
+    EXPECT_EQ(errno, ENOMEM) << "brisk_aligned_alloc(64, " << s << ")";
+    if (p) brisk_free(p);
+  }
+}
+
+// ---- brisk::allocator ------------------------------------------------------------------------
+
+TEST(BriskAllocator, VectorOfInts) {
+  std::vector<int, brisk::allocator<int>> v;
+  const int n = 200000 / kScale;
+  for (int i = 0; i < n; ++i) v.push_back(i * 7 + 1);
+  ASSERT_GE(brisk_usable_size(v.data()), v.capacity() * sizeof(int)) << "vector storage is not a brisk block";
+  for (int i = 0; i < n; ++i) ASSERT_EQ(v[i], i * 7 + 1);
+  v.resize(10);
+  v.shrink_to_fit();
+  for (int i = 0; i < 10; ++i) ASSERT_EQ(v[i], i * 7 + 1);
+}
+
+TEST(BriskAllocator, MapOfStrings) {
+  using Str = std::basic_string<char, std::char_traits<char>, brisk::allocator<char>>;
+  std::map<int, Str, std::less<int>, brisk::allocator<std::pair<const int, Str>>> m;
+  const int n = 20000 / kScale;
+  for (int i = 0; i < n; ++i) m.emplace(i, Str(static_cast<size_t>(i % 200), static_cast<char>('a' + i % 26)));
+  for (int i = 0; i < n; i += 2) m.erase(i);
+  ASSERT_EQ(m.size(), static_cast<size_t>(n / 2));
+  for (auto& [k, s] : m) {
+    ASSERT_EQ(k % 2, 1);
+    ASSERT_EQ(s.size(), static_cast<size_t>(k % 200));
+    for (char c : s) ASSERT_EQ(c, static_cast<char>('a' + k % 26));
+  }
+}
+
+struct alignas(256) OverAligned {
+  unsigned char bytes[256];
+};
+
+TEST(BriskAllocator, OverAlignedType) {
+  std::vector<OverAligned, brisk::allocator<OverAligned>> v;
+  for (int i = 0; i < 300; ++i) {
+    OverAligned o;
+    std::memset(o.bytes, i & 0xff, sizeof o.bytes);
+    v.push_back(o);
+    ASSERT_TRUE(IsAligned(v.data(), alignof(OverAligned))) << static_cast<void*>(v.data());
+  }
+  for (int i = 0; i < 300; ++i)
+    for (unsigned char b : v[i].bytes) ASSERT_EQ(b, i & 0xff);
+}
+
+TEST(BriskAllocator, TooManyElementsThrows) {
+  brisk::allocator<uint64_t> a;
+  EXPECT_THROW((void)a.allocate(SIZE_MAX / 4), std::bad_alloc);  // bad_array_new_length
+  EXPECT_THROW((void)a.allocate(size_t{PTRDIFF_MAX} / 8 + 1), std::bad_alloc);
+  EXPECT_TRUE(brisk::allocator<int>() == brisk::allocator<long>());
+}
+
+}  // namespace

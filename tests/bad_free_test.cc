@@ -1,0 +1,233 @@
+// Bad frees must be caught, even in the release build: brisk writes one line to stderr that
+// starts with "brisk: " and names the pointer (printed with %p), then aborts.
+//
+// Each death statement first prints "victim=<pointer>" to stderr and then frees that pointer.
+// The matcher below requires a "brisk: " line that contains exactly that pointer string. This
+// works with the "threadsafe" death-test style, where the child re-executes the test and ASLR
+// gives it addresses different from the parent's.
+#include <brisk/brisk.h>
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <thread>
+
+extern "C" void* __libc_malloc(size_t size);  // glibc's own malloc, whatever malloc resolves to
+
+namespace {
+
+// Prints the pointer that is about to be freed, so the matcher knows what to look for.
+void Announce(const void* p) { std::fprintf(stderr, "victim=%p\n", p); }
+
+class NamesVictimMatcher : public testing::MatcherInterface<const std::string&> {
+ public:
+  bool MatchAndExplain(const std::string& err, testing::MatchResultListener* listener) const override {
+    size_t at = err.find("victim=");
+    if (at == std::string::npos) {
+      *listener << "the death statement never announced its pointer";
+      return false;
+    }
+    size_t end = err.find('\n', at);
+    std::string victim = err.substr(at + 7, end == std::string::npos ? std::string::npos : end - at - 7);
+    std::istringstream lines(err);
+    std::string line;
+    int brisk_lines = 0;
+    bool named = false;
+    while (std::getline(lines, line)) {
+      if (line.rfind("brisk: ", 0) != 0) continue;
+      ++brisk_lines;
+      // The pointer must appear as a whole token (not as a prefix of a longer hex number).
+      for (size_t pos = line.find(victim); pos != std::string::npos; pos = line.find(victim, pos + 1)) {
+        char next = pos + victim.size() < line.size() ? line[pos + victim.size()] : ' ';
+        if (!std::isxdigit(static_cast<unsigned char>(next))) named = true;
+      }
+    }
+    if (!named) {
+      *listener << "no line starting with \"brisk: \" names " << victim;
+      return false;
+    }
+    if (brisk_lines != 1) {
+      *listener << "expected exactly one \"brisk: \" line, got " << brisk_lines;
+      return false;
+    }
+    return true;
+  }
+  void DescribeTo(std::ostream* os) const override {
+    *os << "has one line starting with \"brisk: \" that names the announced pointer";
+  }
+};
+
+testing::Matcher<const std::string&> NamesVictim() { return testing::MakeMatcher(new NamesVictimMatcher); }
+
+#define EXPECT_BRISK_ABORT(statement) EXPECT_EXIT(statement, testing::KilledBySignal(SIGABRT), NamesVictim())
+
+class BadFree : public testing::Test {
+ protected:
+  static void SetUpTestSuite() { GTEST_FLAG_SET(death_test_style, "threadsafe"); }
+};
+
+void DoubleFree(size_t size) {
+  void* p = brisk_malloc(size);
+  std::memset(p, 1, size);
+  brisk_free(p);
+  Announce(p);
+  brisk_free(p);
+}
+
+TEST_F(BadFree, DoubleFreeSmall) {
+  EXPECT_BRISK_ABORT(DoubleFree(48));
+  EXPECT_BRISK_ABORT(DoubleFree(16));
+  EXPECT_BRISK_ABORT(DoubleFree(1));
+}
+
+TEST_F(BadFree, DoubleFreeSmallAfterOtherFrees) {
+  // free(a); free(b); free(a): a is no longer at the head of any free list.
+  auto body = [] {
+    void* a = brisk_malloc(32);
+    void* b = brisk_malloc(32);
+    void* c = brisk_malloc(32);
+    brisk_free(a);
+    brisk_free(b);
+    brisk_free(c);
+    Announce(a);
+    brisk_free(a);
+  };
+  EXPECT_BRISK_ABORT(body());
+}
+
+TEST_F(BadFree, DoubleFreeSmallFromAnotherThread) {
+  // The block is freed remotely (by a thread that did not allocate it), then freed again.
+  auto body = [] {
+    void* p = brisk_malloc(64);
+    std::thread([p] { brisk_free(p); }).join();
+    Announce(p);
+    brisk_free(p);
+  };
+  EXPECT_BRISK_ABORT(body());
+}
+
+TEST_F(BadFree, DoubleFreeMedium) {
+  EXPECT_BRISK_ABORT(DoubleFree(3000));
+  EXPECT_BRISK_ABORT(DoubleFree(40000));
+}
+
+TEST_F(BadFree, DoubleFreeLarge) {
+  EXPECT_BRISK_ABORT(DoubleFree(size_t{8} << 20));
+}
+
+TEST_F(BadFree, DoubleFreeSized) {
+  auto body = [] {
+    void* p = brisk_malloc(48);
+    brisk_free_sized(p, 48);
+    Announce(p);
+    brisk_free_sized(p, 48);
+  };
+  EXPECT_BRISK_ABORT(body());
+}
+
+void FreeInterior(size_t size, size_t offset) {
+  char* p = static_cast<char*>(brisk_malloc(size));
+  std::memset(p, 1, size);
+  Announce(p + offset);
+  brisk_free(p + offset);
+}
+
+TEST_F(BadFree, InteriorPointerSmall) {
+  EXPECT_BRISK_ABORT(FreeInterior(48, 16));
+  EXPECT_BRISK_ABORT(FreeInterior(48, 8));
+  EXPECT_BRISK_ABORT(FreeInterior(48, 1));
+  EXPECT_BRISK_ABORT(FreeInterior(256, 128));
+}
+
+TEST_F(BadFree, InteriorPointerMedium) { EXPECT_BRISK_ABORT(FreeInterior(20000, 4096)); }
+
+TEST_F(BadFree, InteriorPointerLarge) {
+  // A page-aligned pointer into a large block.
+  EXPECT_BRISK_ABORT(FreeInterior(size_t{4} << 20, size_t{1} << 20));
+}
+
+TEST_F(BadFree, StackAddress) {
+  auto body = [] {
+    alignas(64) volatile char on_stack[256];
+    on_stack[0] = 1;
+    Announce(const_cast<char*>(on_stack));
+    brisk_free(const_cast<char*>(on_stack));
+  };
+  EXPECT_BRISK_ABORT(body());
+}
+
+alignas(64) char g_global_buffer[4096];
+
+TEST_F(BadFree, GlobalAddress) {
+  auto body = [] {
+    Announce(g_global_buffer);
+    brisk_free(g_global_buffer);
+  };
+  EXPECT_BRISK_ABORT(body());
+}
+
+TEST_F(BadFree, GlibcMallocPointer) {
+  auto body = [] {
+    void* p = __libc_malloc(48);
+    std::memset(p, 1, 48);
+    Announce(p);
+    brisk_free(p);
+  };
+  EXPECT_BRISK_ABORT(body());
+}
+
+TEST_F(BadFree, ForeignMapping) {
+  // A page brisk never handed out, mapped directly, both at its start and at a 4 MiB-aligned
+  // address (where a chunk header would be if it were a brisk chunk).
+  auto body = [](bool chunk_aligned) {
+    size_t len = size_t{16} << 20;
+    char* m = static_cast<char*>(mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    if (m == MAP_FAILED) std::abort();
+    char* p = m + 4096;
+    if (chunk_aligned) {
+      uintptr_t a = (reinterpret_cast<uintptr_t>(m) + (size_t{4} << 20) - 1) & ~((uintptr_t{4} << 20) - 1);
+      p = reinterpret_cast<char*>(a) + 64;
+    }
+    std::memset(m, 0, len);
+    Announce(p);
+    brisk_free(p);
+  };
+  EXPECT_BRISK_ABORT(body(false));
+  EXPECT_BRISK_ABORT(body(true));
+}
+
+TEST_F(BadFree, UnalignedJunkPointer) {
+  auto body = [] {
+    void* p = reinterpret_cast<void*>(uintptr_t{0x1234567});
+    Announce(p);
+    brisk_free(p);
+  };
+  EXPECT_BRISK_ABORT(body());
+}
+
+TEST_F(BadFree, UsableAfterValidFrees) {
+  // Control: valid frees of the same shapes do not abort, so the death tests above are not
+  // passing merely because the process dies for any free.
+  EXPECT_EXIT(
+      {
+        for (size_t s : {size_t{1}, size_t{16}, size_t{48}, size_t{3000}, size_t{40000}, size_t{8} << 20}) {
+          void* p = brisk_malloc(s);
+          std::memset(p, 1, s);
+          brisk_free(p);
+        }
+        void* q = brisk_malloc(64);
+        std::thread([q] { brisk_free(q); }).join();
+        std::exit(0);
+      },
+      testing::ExitedWithCode(0), "");
+}
+
+}  // namespace
