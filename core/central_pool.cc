@@ -1,0 +1,32 @@
+#include "core/central_pool.h"
+
+#include "core/stats.h"
+
+namespace brisk {
+
+CentralPool g_central[kCentralPools];
+
+Span* central_take(unsigned c, Heap* new_owner) {
+  CentralPool& pool = g_central[c];
+  // An unlocked peek keeps threads off the lock while the pool is empty, the common case.
+  if (!pool.nonempty.load(std::memory_order_relaxed)) return nullptr;
+  LockGuard g(pool.lock);
+  Span* s = pool.available.head;
+  if (s == nullptr) return nullptr;
+  pool.remove(s);
+  s->owner.store(new_owner, std::memory_order_release);
+  stats::add(stats::g.spans_orphaned, -1);
+  return s;
+}
+
+void central_locks_acquire() {
+  for (auto& p : g_central) p.lock.lock();
+}
+void central_locks_release() {
+  for (auto& p : g_central) p.lock.unlock();
+}
+void central_locks_reset_in_child() {
+  for (auto& p : g_central) p.lock.reset_after_fork();
+}
+
+}  // namespace brisk

@@ -1,0 +1,206 @@
+// Chunk page management, the region map, the chunk cache and the abandoned-chunk list.
+#include "core/chunk.h"
+
+#include <cstring>
+
+#include "core/lock.h"
+#include "core/options.h"
+#include "core/platform.h"
+#include "core/stats.h"
+
+namespace brisk {
+
+std::uint8_t g_region_map[kRegionMapEntries];
+
+void region_set(std::uintptr_t p, std::uint8_t kind) {
+  std::uintptr_t i = p >> kChunkShift;
+  if (i < kRegionMapEntries) __atomic_store_n(&g_region_map[i], kind, __ATOMIC_RELEASE);
+}
+
+namespace {
+
+constexpr std::uint64_t run_mask(unsigned first, unsigned n) {
+  return (n >= 64 ? ~std::uint64_t{0} : ((std::uint64_t{1} << n) - 1)) << first;
+}
+
+// Empty chunks kept mapped but decommitted, so that a program that frees and reallocates a few
+// chunks' worth does not pay mmap + munmap + the aligned-mapping trim each time.
+SpinLock g_cache_lock;
+Chunk* g_cache_head = nullptr;
+std::size_t g_cache_count = 0;
+
+// Chunks whose page owner exited.
+SpinLock g_abandoned_lock;
+Chunk* g_abandoned_head = nullptr;
+
+void list_push(Chunk*& head, Chunk* c) {
+  c->prev = nullptr;
+  c->next = head;
+  if (head != nullptr) head->prev = c;
+  head = c;
+}
+void list_remove(Chunk*& head, Chunk* c) {
+  if (c->prev != nullptr) c->prev->next = c->next; else head = c->next;
+  if (c->next != nullptr) c->next->prev = c->prev;
+  c->next = c->prev = nullptr;
+}
+
+void init_header(Chunk* c, Heap* owner) {
+  // Field by field: the span descriptors must be zero (kind kUnused, owner null) so a free of a
+  // pointer into an unused page is caught; page_head all zero maps every page to spans[0].
+  std::memset(static_cast<void*>(c), 0, sizeof(Chunk));
+  c->magic = kChunkMagic;
+  c->free_pages.store(kAllPagesFree, std::memory_order_relaxed);
+  c->dirty_pages.store(0, std::memory_order_relaxed);
+  c->page_owner.store(owner, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+unsigned chunk_claim_pages(Chunk* c, unsigned n) {
+  std::uint64_t bits = c->free_pages.load(std::memory_order_acquire);
+  for (;;) {
+    std::uint64_t starts = bits;  // bit i set: pages i .. i+n-1 are all free
+    for (unsigned j = 1; j < n && starts != 0; ++j) starts &= bits >> j;
+    if (starts == 0) return 0;
+    unsigned first = static_cast<unsigned>(__builtin_ctzll(starts));
+    std::uint64_t m = run_mask(first, n);
+    // Only releases race with us (we are the page owner): retry on their updates.
+    if (c->free_pages.compare_exchange_weak(bits, bits & ~m, std::memory_order_acquire,
+                                            std::memory_order_acquire)) {
+      c->dirty_pages.fetch_and(~m, std::memory_order_relaxed);
+      return first;
+    }
+  }
+}
+
+bool chunk_claim_pages_at(Chunk* c, unsigned first, unsigned n) {
+  if (first == 0 || first + n > kPagesPerChunk) return false;
+  std::uint64_t m = run_mask(first, n);
+  std::uint64_t bits = c->free_pages.load(std::memory_order_acquire);
+  for (;;) {
+    if ((bits & m) != m) return false;
+    if (c->free_pages.compare_exchange_weak(bits, bits & ~m, std::memory_order_acquire,
+                                            std::memory_order_acquire)) {
+      c->dirty_pages.fetch_and(~m, std::memory_order_relaxed);
+      return true;
+    }
+  }
+}
+
+bool chunk_release_pages(Chunk* c, unsigned first, unsigned n) {
+  std::uint64_t m = run_mask(first, n);
+  for (unsigned i = first; i < first + n; ++i) c->page_head[i] = 0;
+  // Dirty before free: chunk_purge only decommits pages it sees both free and dirty.
+  c->dirty_pages.fetch_or(m, std::memory_order_relaxed);
+  std::uint64_t before = c->free_pages.fetch_or(m, std::memory_order_release);
+  return (before | m) == kAllPagesFree;
+}
+
+std::size_t chunk_purge(Chunk* c) {
+  std::uint64_t d = c->dirty_pages.load(std::memory_order_relaxed) &
+                    c->free_pages.load(std::memory_order_acquire);
+  std::size_t bytes = 0;
+  std::uint64_t rest = d;
+  while (rest != 0) {
+    unsigned first = static_cast<unsigned>(__builtin_ctzll(rest));
+    unsigned n = static_cast<unsigned>(__builtin_ctzll(~(rest >> first)));
+    if (first + n > 64) n = 64 - first;
+    platform::decommit(c->page_address(first), std::size_t{n} << kPageShift);
+    bytes += std::size_t{n} << kPageShift;
+    rest &= ~run_mask(first, n);
+  }
+  if (d != 0) c->dirty_pages.fetch_and(~d, std::memory_order_relaxed);
+  return bytes;
+}
+
+Chunk* chunk_create(Heap* owner) {
+  Chunk* c = nullptr;
+  if (g_cache_head != nullptr) {
+    LockGuard g(g_cache_lock);
+    c = g_cache_head;
+    if (c != nullptr) {
+      list_remove(g_cache_head, c);
+      --g_cache_count;
+    }
+  }
+  if (c == nullptr) {
+    c = static_cast<Chunk*>(platform::map_aligned(kChunkSize, kChunkSize));
+    if (c == nullptr) return nullptr;
+    stats::add(stats::g.chunks_mapped, 1);
+    region_set(reinterpret_cast<std::uintptr_t>(c), kRegionChunk);
+  }
+  init_header(c, owner);
+  return c;
+}
+
+void chunk_destroy(Chunk* c) {
+  std::size_t limit = static_cast<std::size_t>(options::get(options::Id::kChunkCache));
+  if (limit > 0) {
+    chunk_purge(c);  // cached chunks hold no resident pages but their header
+    LockGuard g(g_cache_lock);
+    if (g_cache_count < limit) {
+      c->page_owner.store(nullptr, std::memory_order_relaxed);
+      list_push(g_cache_head, c);
+      ++g_cache_count;
+      return;
+    }
+  }
+  region_set(reinterpret_cast<std::uintptr_t>(c), kRegionNone);
+  c->magic = 0;
+  platform::unmap(c, kChunkSize);
+  stats::add(stats::g.chunks_mapped, -1);
+}
+
+void chunk_abandon(Chunk* c) {
+  {
+    LockGuard g(g_abandoned_lock);
+    c->page_owner.store(nullptr, std::memory_order_release);
+    if (c->free_pages.load(std::memory_order_acquire) != kAllPagesFree) {
+      c->abandoned = true;
+      list_push(g_abandoned_head, c);
+      return;
+    }
+  }
+  chunk_destroy(c);
+}
+
+Chunk* chunk_adopt(Heap* new_owner) {
+  if (__atomic_load_n(&g_abandoned_head, __ATOMIC_RELAXED) == nullptr) return nullptr;
+  LockGuard g(g_abandoned_lock);
+  for (Chunk* c = g_abandoned_head; c != nullptr; c = c->next) {
+    if (c->free_pages.load(std::memory_order_relaxed) != 0) {
+      list_remove(g_abandoned_head, c);
+      c->abandoned = false;
+      c->page_owner.store(new_owner, std::memory_order_release);
+      return c;
+    }
+  }
+  return nullptr;
+}
+
+void chunk_release_if_abandoned_and_empty(Chunk* c) {
+  {
+    LockGuard g(g_abandoned_lock);
+    if (!c->abandoned) return;
+    if (c->free_pages.load(std::memory_order_acquire) != kAllPagesFree) return;
+    list_remove(g_abandoned_head, c);
+    c->abandoned = false;
+  }
+  chunk_destroy(c);
+}
+
+void chunk_locks_acquire() {
+  g_abandoned_lock.lock();
+  g_cache_lock.lock();
+}
+void chunk_locks_release() {
+  g_cache_lock.unlock();
+  g_abandoned_lock.unlock();
+}
+void chunk_locks_reset_in_child() {
+  g_cache_lock.reset_after_fork();
+  g_abandoned_lock.reset_after_fork();
+}
+
+}  // namespace brisk

@@ -1,0 +1,90 @@
+// Chunks: 4 MiB, 4 MiB-aligned pieces of address space holding small and medium blocks.
+//
+//   page 0      : the Chunk header below (page map, span descriptors)
+//   pages 1..63 : spans, each a run of pages
+//
+// The region map (one byte per 4 MiB of address space) says which regions are brisk chunks or
+// large blocks, so free() validates any pointer, even a stack address, with one load, and then
+// finds the chunk by masking: no lock, no hash map.
+//
+// Page ownership: only the chunk's page_owner heap claims pages (so a claim never races another
+// claim); any thread may release pages (an atomic OR), which is how spans come back.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "core/config.h"
+#include "core/hints.h"
+#include "core/span.h"
+
+namespace brisk {
+
+enum RegionKind : std::uint8_t {
+  kRegionNone = 0,
+  kRegionChunk = 1,
+  kRegionLarge = 2,         // a large block whose user pointer lies 4 KiB or more into the region
+  kRegionLargeAtStart = 3,  // a large block whose user pointer is the region's start (huge alignment)
+};
+
+// Indexed by address >> kChunkShift. Zero-filled .bss: untouched entries cost nothing.
+extern std::uint8_t g_region_map[kRegionMapEntries];
+
+BRISK_ALWAYS_INLINE std::uint8_t region_kind(std::uintptr_t p) {
+  std::uintptr_t i = p >> kChunkShift;
+  return BRISK_LIKELY(i < kRegionMapEntries) ? g_region_map[i] : std::uint8_t{kRegionNone};
+}
+void region_set(std::uintptr_t p, std::uint8_t kind);
+
+inline constexpr std::uint64_t kChunkMagic = 0x6272736b63686e6bull;  // "brskchnk"
+inline constexpr std::uint64_t kAllPagesFree = ~std::uint64_t{1};        // page 0 is the header
+
+struct Chunk {
+  std::uint64_t magic;
+  std::atomic<std::uint64_t> free_pages;   // bit i set: page i is free
+  std::atomic<std::uint64_t> dirty_pages;  // bit i set: page i is free and may be resident
+  std::atomic<Heap*> page_owner;           // the heap that claims pages here; null if abandoned
+  Chunk* next;                              // in the page owner's list, or a global list
+  Chunk* prev;
+  bool abandoned;                           // on the abandoned list (under its lock)
+  std::uint8_t page_head[kPagesPerChunk];  // page -> first page of its span; 0: no span
+  Span spans[kPagesPerChunk];              // descriptor of the span starting at page i; [0] unused
+
+  char* page_address(unsigned i) { return reinterpret_cast<char*>(this) + (std::size_t{i} << kPageShift); }
+  BRISK_ALWAYS_INLINE Span* span_of(std::uintptr_t p) {
+    return &spans[page_head[(p >> kPageShift) & (kPagesPerChunk - 1)]];
+  }
+};
+static_assert(sizeof(Chunk) <= kPageSize, "the chunk header fits in page 0");
+
+BRISK_ALWAYS_INLINE Chunk* chunk_of(std::uintptr_t p) {
+  return reinterpret_cast<Chunk*>(p & ~kChunkMask);
+}
+
+// Claims n consecutive free pages (page_owner only). Returns the first page index, or 0.
+unsigned chunk_claim_pages(Chunk* c, unsigned n);
+// Claims exactly pages [first, first+n) if all are free (page_owner only): in-place growth.
+bool chunk_claim_pages_at(Chunk* c, unsigned first, unsigned n);
+// Returns pages to the chunk. True if the chunk has become entirely free.
+bool chunk_release_pages(Chunk* c, unsigned first, unsigned n);
+// Gives the resident memory of free pages back to the OS (page_owner only). Returns bytes.
+std::size_t chunk_purge(Chunk* c);
+
+// A new chunk, owned by `owner`, from the chunk cache or the OS. nullptr when out of memory.
+Chunk* chunk_create(Heap* owner);
+// An empty chunk goes back to the cache (decommitted) or to the OS.
+void chunk_destroy(Chunk* c);
+
+// Chunks whose page owner exited. Another heap adopts one before mapping a new chunk.
+void chunk_abandon(Chunk* c);
+Chunk* chunk_adopt(Heap* new_owner);
+// Frees an abandoned chunk that has become empty (called by whoever released its last pages).
+void chunk_release_if_abandoned_and_empty(Chunk* c);
+
+// Fork support: the chunk lists' locks.
+void chunk_locks_acquire();
+void chunk_locks_release();
+void chunk_locks_reset_in_child();
+
+}  // namespace brisk

@@ -1,0 +1,52 @@
+// Compile-time configuration: tier 1 of brisk's three configuration tiers (see README,
+// "Configuration"). Every constant that shapes memory layout lives here; an invalid combination
+// fails to compile.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace brisk {
+
+// Every block is aligned to at least alignof(max_align_t) (glibc's tst-mallocalign1 checks it).
+inline constexpr std::size_t kMinAlign = 16;
+
+// Small and medium blocks live in chunks: 4 MiB, aligned to 4 MiB, so that the chunk holding a
+// block is found by masking its address. A chunk is 64 pages of 64 KiB; page 0 holds the chunk
+// header and the span descriptors, so metadata never shares a page with user data.
+inline constexpr unsigned kChunkShift = 22;
+inline constexpr std::size_t kChunkSize = std::size_t{1} << kChunkShift;
+inline constexpr std::uintptr_t kChunkMask = kChunkSize - 1;
+inline constexpr unsigned kPageShift = 16;
+inline constexpr std::size_t kPageSize = std::size_t{1} << kPageShift;
+inline constexpr unsigned kPagesPerChunk = kChunkSize / kPageSize;
+
+// The unit of the OS (mmap, madvise granularity) on every supported Linux target.
+inline constexpr std::size_t kOsPageSize = 4096;
+
+// Blocks up to kSmallMax come from size classes (many blocks per span); up to kMediumMax from a
+// run of pages of their own inside a chunk, which realloc can grow in place; above that from the
+// OS directly ("large"), page aligned, through a bounded cache.
+inline constexpr std::size_t kSmallMax = 64 * 1024;
+inline constexpr unsigned kMaxSmallSpanPages = 8;
+inline constexpr std::size_t kMediumMax = 2 * 1024 * 1024;
+
+// User-space addresses on x86-64 and AArch64 (4-level tables) fit in 47 bits. One byte per
+// 4 MiB region of that space says whether brisk owns the region: 32 MiB of zero-filled address
+// space, of which only the bytes for regions in use are ever touched.
+inline constexpr unsigned kAddressBits = 47;
+inline constexpr std::size_t kRegionMapEntries = std::size_t{1} << (kAddressBits - kChunkShift);
+
+// Remote frees are batched per destination heap: kRemoteSlots destinations at once, each sent
+// with one atomic operation when it holds kRemoteBatch blocks (or on collision or collect).
+inline constexpr unsigned kRemoteSlots = 8;
+inline constexpr unsigned kRemoteBatch = 64;
+
+static_assert(kPagesPerChunk == 64, "the chunk's free-page set is one 64-bit word");
+static_assert(kSmallMax <= kMaxSmallSpanPages * kPageSize / 8,
+              "a span of the largest small class must hold at least 8 blocks");
+static_assert(kMediumMax <= kChunkSize - kPageSize, "a medium block must fit in one chunk");
+static_assert(kSmallMax % kMinAlign == 0 && kPageSize % kOsPageSize == 0);
+static_assert((kMinAlign & (kMinAlign - 1)) == 0);
+
+}  // namespace brisk

@@ -1,0 +1,194 @@
+#include "core/large.h"
+
+#include <cstring>
+
+#include "core/chunk.h"
+#include "core/config.h"
+#include "core/lock.h"
+#include "core/options.h"
+#include "core/platform.h"
+#include "core/stats.h"
+
+namespace brisk {
+namespace {
+
+constexpr std::uint64_t kLargeMagic = 0x6272736b6c617267ull;  // "brsklarg"
+constexpr unsigned kCacheEntries = 32;
+
+struct CacheEntry {
+  char* base;
+  std::size_t size;
+};
+
+// The cache of freed mappings, all kChunkSize-aligned. Bounded in bytes (BRISK_LARGE_CACHE_BYTES)
+// and entries. Reuse avoids mmap, munmap and the page faults of touching fresh memory again.
+SpinLock g_lock;
+CacheEntry g_cache[kCacheEntries];
+unsigned g_cache_used = 0;
+std::size_t g_cache_bytes = 0;
+
+std::size_t round_up(std::size_t n, std::size_t a) { return (n + a - 1) & ~(a - 1); }
+
+// Offset of the user pointer from the mapping base, and the mapping's alignment.
+void placement(std::size_t alignment, std::size_t* offset, std::size_t* map_align) {
+  if (alignment < kChunkSize) {
+    *offset = alignment < kOsPageSize ? kOsPageSize : alignment;
+    *map_align = kChunkSize;
+  } else {
+    *offset = alignment;
+    *map_align = alignment;
+  }
+}
+
+char* cache_take(std::size_t need) {
+  if (g_cache_used == 0) return nullptr;
+  LockGuard g(g_lock);
+  int best = -1;
+  for (unsigned i = 0; i < g_cache_used; ++i) {
+    std::size_t s = g_cache[i].size;
+    // Best fit, wasting at most a quarter: a cached mapping much bigger than the request stays
+    // for a request that fits it better.
+    if (s >= need && s - need <= need / 4 && (best < 0 || s < g_cache[best].size)) best = static_cast<int>(i);
+  }
+  if (best < 0) return nullptr;
+  char* base = g_cache[best].base;
+  std::size_t size = g_cache[best].size;
+  g_cache[best] = g_cache[--g_cache_used];
+  g_cache_bytes -= size;
+  stats::add(stats::g.large_bytes_cached, -static_cast<std::int64_t>(size));
+  // The caller expects exactly `need` bytes mapped: give the tail back.
+  if (size > need) {
+    platform::unmap(base + need, size - need);
+    stats::add(stats::g.large_bytes_mapped, -static_cast<std::int64_t>(size - need));
+  }
+  return base;
+}
+
+bool cache_put(char* base, std::size_t size) {
+  std::size_t limit = static_cast<std::size_t>(options::get(options::Id::kLargeCacheBytes));
+  if (size > limit) return false;
+  LockGuard g(g_lock);
+  if (g_cache_used == kCacheEntries || g_cache_bytes + size > limit) return false;
+  g_cache[g_cache_used++] = CacheEntry{base, size};
+  g_cache_bytes += size;
+  stats::add(stats::g.large_bytes_cached, static_cast<std::int64_t>(size));
+  return true;
+}
+
+void* finish(char* base, std::size_t map_size, std::size_t offset, std::size_t map_align) {
+  char* p = base + offset;
+  auto* h = reinterpret_cast<LargeHeader*>(p - kOsPageSize);
+  h->check = kLargeMagic ^ reinterpret_cast<std::uintptr_t>(p);
+  h->base = base;
+  h->map_size = map_size;
+  h->alignment = map_align;
+  region_set(reinterpret_cast<std::uintptr_t>(p),
+             offset >= kChunkSize ? kRegionLargeAtStart : kRegionLarge);
+  stats::add(stats::g.large_live_blocks, 1);
+  return p;
+}
+
+}  // namespace
+
+void* large_alloc(std::size_t size, std::size_t alignment, bool zero) {
+  std::size_t offset, map_align;
+  placement(alignment, &offset, &map_align);
+  if (size > (std::size_t{1} << 62) || offset > (std::size_t{1} << 62)) return nullptr;
+  std::size_t need = round_up(offset + size, kOsPageSize);
+  char* base = map_align == kChunkSize ? cache_take(need) : nullptr;
+  if (base != nullptr) {
+    // A reused mapping holds old contents. For calloc, dropping the pages is cheaper than
+    // writing zeros over them, and also returns their memory until they are touched again.
+    if (zero) platform::decommit(base + offset, need - offset);
+  } else {
+    base = static_cast<char*>(platform::map_aligned(need, map_align));
+    if (base == nullptr) return nullptr;
+    stats::add(stats::g.large_bytes_mapped, static_cast<std::int64_t>(need));
+  }
+  return finish(base, need, offset, map_align);
+}
+
+LargeHeader* large_header_of(const void* p, std::uint8_t kind) {
+  auto a = reinterpret_cast<std::uintptr_t>(p);
+  std::uintptr_t in_region = a & kChunkMask;
+  // The header page below p is part of p's mapping only in these two shapes; any other pointer
+  // in the region is not a block start, and reading below it could fault.
+  bool shape_ok = kind == kRegionLargeAtStart ? in_region == 0
+                                              : (in_region >= kOsPageSize && (a & (kOsPageSize - 1)) == 0);
+  if (!shape_ok) return nullptr;
+  auto* h = reinterpret_cast<LargeHeader*>(a - kOsPageSize);
+  if (h->check != (kLargeMagic ^ a)) return nullptr;
+  return h;
+}
+
+std::size_t large_usable_size(const void* p, const LargeHeader* h) {
+  return static_cast<std::size_t>(h->base + h->map_size - static_cast<const char*>(p));
+}
+
+void large_free(void* p, LargeHeader* h) {
+  char* base = h->base;
+  std::size_t size = h->map_size;
+  bool cacheable = h->alignment == kChunkSize;
+  h->check = 0;  // a second free of p now fails validation
+  region_set(reinterpret_cast<std::uintptr_t>(p), kRegionNone);
+  stats::add(stats::g.large_live_blocks, -1);
+  if (cacheable && cache_put(base, size)) return;
+  platform::unmap(base, size);
+  stats::add(stats::g.large_bytes_mapped, -static_cast<std::int64_t>(size));
+}
+
+void* large_realloc(void* p, LargeHeader* h, std::size_t new_size) {
+  char* base = h->base;
+  std::size_t offset = static_cast<std::size_t>(static_cast<char*>(p) - base);
+  if (new_size > (std::size_t{1} << 62)) return nullptr;
+  std::size_t need = round_up(offset + new_size, kOsPageSize);
+  std::size_t old = h->map_size;
+  if (need <= old) {
+    // Shrink only when it frees at least half: realloc down-and-up cycles stay in place.
+    if (need <= old / 2 && platform::remap_in_place(base, old, need)) {
+      h->map_size = need;
+      stats::add(stats::g.large_bytes_mapped, -static_cast<std::int64_t>(old - need));
+    }
+    return p;
+  }
+  if (platform::remap_in_place(base, old, need)) {
+    h->map_size = need;
+    stats::add(stats::g.large_bytes_mapped, static_cast<std::int64_t>(need - old));
+    return p;
+  }
+  // Move the pages (not the bytes) to a fresh aligned reservation: mremap with MREMAP_FIXED
+  // keeps the alignment that the region map relies on.
+  char* target = static_cast<char*>(platform::map_aligned(need, h->alignment));
+  if (target == nullptr) return nullptr;
+  if (!platform::remap_to(base, old, target, need)) {
+    platform::unmap(target, need);
+    return nullptr;
+  }
+  char* np = target + offset;
+  region_set(reinterpret_cast<std::uintptr_t>(p), kRegionNone);
+  auto* nh = reinterpret_cast<LargeHeader*>(np - kOsPageSize);
+  nh->check = kLargeMagic ^ reinterpret_cast<std::uintptr_t>(np);
+  nh->base = target;
+  nh->map_size = need;
+  region_set(reinterpret_cast<std::uintptr_t>(np),
+             offset >= kChunkSize ? kRegionLargeAtStart : kRegionLarge);
+  stats::add(stats::g.large_bytes_mapped, static_cast<std::int64_t>(need - old));
+  return np;
+}
+
+void large_cache_flush() {
+  LockGuard g(g_lock);
+  while (g_cache_used > 0) {
+    CacheEntry e = g_cache[--g_cache_used];
+    platform::unmap(e.base, e.size);
+    stats::add(stats::g.large_bytes_mapped, -static_cast<std::int64_t>(e.size));
+    stats::add(stats::g.large_bytes_cached, -static_cast<std::int64_t>(e.size));
+  }
+  g_cache_bytes = 0;
+}
+
+void large_locks_acquire() { g_lock.lock(); }
+void large_locks_release() { g_lock.unlock(); }
+void large_locks_reset_in_child() { g_lock.reset_after_fork(); }
+
+}  // namespace brisk

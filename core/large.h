@@ -1,0 +1,38 @@
+// Large blocks (> kMediumMax, or alignment beyond what spans serve): mapped from the OS, page
+// aligned, one mapping per block, reused through a bounded cache of recently freed mappings.
+//
+// Layout: [base ... header page | user block ...]. The header sits in the 4 KiB page just below
+// the user pointer p, and the region map marks p's 4 MiB region, which this mapping owns
+// exclusively (the mapping base is 4 MiB aligned, or the region starts at p for alignments of
+// 4 MiB and more).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace brisk {
+
+struct LargeHeader {
+  std::uint64_t check;      // kLargeMagic ^ user address: proves p is a live large block
+  char* base;               // the mapping
+  std::size_t map_size;
+  std::size_t alignment;    // the mapping's alignment (kChunkSize, or more for huge alignment)
+};
+
+// nullptr (and no errno change) on failure; the caller sets errno. zero: contents must read 0.
+void* large_alloc(std::size_t size, std::size_t alignment, bool zero);
+// The header of p, or nullptr if p is not the start of a live large block. kind is
+// region_kind(p), already known to be kRegionLarge or kRegionLargeAtStart.
+LargeHeader* large_header_of(const void* p, std::uint8_t kind);
+void large_free(void* p, LargeHeader* h);
+std::size_t large_usable_size(const void* p, const LargeHeader* h);
+// Resizes in place (mremap) or moves the pages without copying. nullptr if it cannot; p intact.
+void* large_realloc(void* p, LargeHeader* h, std::size_t new_size);
+
+// Returns every cached mapping to the OS.
+void large_cache_flush();
+void large_locks_acquire();
+void large_locks_release();
+void large_locks_reset_in_child();
+
+}  // namespace brisk

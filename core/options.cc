@@ -1,0 +1,71 @@
+#include "core/options.h"
+
+#include <atomic>
+#include <cstdlib>
+
+#include "core/platform.h"
+
+namespace brisk::options {
+namespace {
+
+struct Option {
+  const char* env;
+  std::int64_t default_value;
+  std::int64_t min;
+  std::int64_t max;
+};
+
+constexpr Option kTable[] = {
+    {"BRISK_THREAD_CACHE_BYTES", 2 << 20, 0, std::int64_t{1} << 40},
+    {"BRISK_CHUNK_CACHE", 8, 0, 4096},
+    {"BRISK_LARGE_CACHE_BYTES", 256 << 20, 0, std::int64_t{1} << 44},
+    {"BRISK_PURGE_BYTES", 8 << 20, 0, std::int64_t{1} << 44},
+};
+static_assert(sizeof kTable / sizeof kTable[0] == static_cast<unsigned>(Id::kCount));
+
+constexpr std::int64_t kUnread = INT64_MIN;
+std::atomic<std::int64_t> g_values[static_cast<unsigned>(Id::kCount)] = {
+    kUnread, kUnread, kUnread, kUnread};
+
+// Parses a decimal number with an optional k/m/g suffix. Returns false on junk.
+bool parse(const char* s, std::int64_t* out) {
+  std::int64_t v = 0;
+  if (*s == '\0') return false;
+  for (; *s >= '0' && *s <= '9'; ++s) {
+    if (v > (INT64_MAX - 9) / 10) return false;
+    v = v * 10 + (*s - '0');
+  }
+  int shift = 0;
+  if (*s == 'k' || *s == 'K') shift = 10, ++s;
+  else if (*s == 'm' || *s == 'M') shift = 20, ++s;
+  else if (*s == 'g' || *s == 'G') shift = 30, ++s;
+  if (*s != '\0') return false;
+  if (v > (INT64_MAX >> shift)) return false;
+  *out = v << shift;
+  return true;
+}
+
+}  // namespace
+
+std::int64_t get(Id id) {
+  auto i = static_cast<unsigned>(id);
+  std::int64_t v = g_values[i].load(std::memory_order_relaxed);
+  if (v != kUnread) return v;
+  const Option& o = kTable[i];
+  v = o.default_value;
+  if (const char* s = platform::get_env(o.env)) {
+    std::int64_t parsed;
+    if (parse(s, &parsed) && parsed >= o.min && parsed <= o.max) {
+      v = parsed;
+    } else {
+      static const char kMsg[] = "brisk: ignoring an invalid value of ";
+      platform::write_stderr(kMsg, sizeof kMsg - 1);
+      platform::write_stderr(o.env, __builtin_strlen(o.env));
+      platform::write_stderr("\n", 1);
+    }
+  }
+  g_values[i].store(v, std::memory_order_relaxed);
+  return v;
+}
+
+}  // namespace brisk::options

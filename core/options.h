@@ -1,0 +1,21 @@
+// Runtime options: tier 2 of brisk's configuration. One table (options.cc); each option has a
+// name, a type, a default and a BRISK_<NAME> environment variable, read once, lazily, on first
+// use (never before the environment exists). Documented in the README's "Configuration".
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace brisk::options {
+
+enum class Id : unsigned {
+  kThreadCacheBytes,  // BRISK_THREAD_CACHE_BYTES: empty-span bytes a thread keeps for reuse
+  kChunkCache,        // BRISK_CHUNK_CACHE: empty 4 MiB chunks kept mapped (decommitted) process-wide
+  kLargeCacheBytes,   // BRISK_LARGE_CACHE_BYTES: bytes of freed large blocks kept for reuse
+  kPurgeBytes,        // BRISK_PURGE_BYTES: a thread's free dirty pages before it returns them to the OS
+  kCount
+};
+
+std::int64_t get(Id id);
+
+}  // namespace brisk::options

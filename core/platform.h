@@ -1,0 +1,43 @@
+// The platform layer: the only code in brisk that talks to the OS (mmap, munmap, mremap,
+// madvise, the environment, stderr).
+//
+// Contract, for every function here:
+//   - Sizes and addresses passed in are multiples of kOsPageSize (4096); alignments are powers
+//     of two >= kOsPageSize. Violations are programming errors inside brisk (asserted in debug).
+//   - Nothing here allocates with malloc, takes a lock, or touches brisk's own state, so it is
+//     safe during initialisation, in a fork handler and from any thread.
+//   - Mapping failures return nullptr / false and never abort; the caller turns them into
+//     ENOMEM. Memory fresh from map() or map_aligned() is zero-filled.
+//   - decommit() drops the pages' contents and resident memory; the range stays mapped and reads
+//     back as zeros on next touch (Linux MADV_DONTNEED on private anonymous memory).
+//
+// A test may inject mapping failures with set_map_failure_after() to drive the out-of-memory
+// paths of the layers above.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace brisk::platform {
+
+void* map(std::size_t size);
+void* map_aligned(std::size_t size, std::size_t alignment);
+void unmap(void* p, std::size_t size);
+void decommit(void* p, std::size_t size);
+// Grows or shrinks a mapping without moving it. False if the neighbouring space is taken.
+bool remap_in_place(void* p, std::size_t old_size, std::size_t new_size);
+// Moves the pages of [old_p, old_p+old_size) to target (which must be a mapping of at least
+// new_size that this call replaces) and resizes them to new_size, without copying data.
+bool remap_to(void* old_p, std::size_t old_size, void* target, std::size_t new_size);
+
+// getenv without malloc: scans the process environment. nullptr if unset.
+const char* get_env(const char* name);
+void write_stderr(const char* text, std::size_t length);
+[[noreturn]] void abort_process();
+// 64 random bits from the kernel, falling back to a time and address mix.
+std::uint64_t random_u64();
+
+// Test hook: after n more successful maps, every map fails (n < 0: never fail).
+void set_map_failure_after(long n);
+
+}  // namespace brisk::platform

@@ -1,0 +1,115 @@
+// Linux implementation of the platform layer (see platform.h for the contract).
+#include "core/platform.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+
+#include "core/config.h"
+#include "core/stats.h"
+
+extern char** environ;
+
+namespace brisk::platform {
+namespace {
+
+std::atomic<long> g_map_failure_after{-1};
+
+bool injected_failure() {
+  long n = g_map_failure_after.load(std::memory_order_relaxed);
+  if (n < 0) return false;
+  if (n == 0) return true;
+  g_map_failure_after.fetch_sub(1, std::memory_order_relaxed);
+  return false;
+}
+
+void* raw_map(std::size_t size) {
+  if (injected_failure()) return nullptr;
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                 -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  stats::g.os_map_calls.fetch_add(1, std::memory_order_relaxed);
+  return p;
+}
+
+}  // namespace
+
+void set_map_failure_after(long n) { g_map_failure_after.store(n, std::memory_order_relaxed); }
+
+void* map(std::size_t size) { return raw_map(size); }
+
+void* map_aligned(std::size_t size, std::size_t alignment) {
+  // Over-reserve by the alignment and trim both ends: two extra munmaps, but the kernel gives no
+  // aligned mmap. Callers cache what they map (chunk cache, large cache) to keep this rare.
+  if (size + alignment < size) return nullptr;
+  char* raw = static_cast<char*>(raw_map(size + alignment));
+  if (raw == nullptr) return nullptr;
+  std::uintptr_t a = (reinterpret_cast<std::uintptr_t>(raw) + alignment - 1) & ~(alignment - 1);
+  char* aligned = reinterpret_cast<char*>(a);
+  std::size_t head = static_cast<std::size_t>(aligned - raw);
+  std::size_t tail = alignment - head;
+  if (head != 0) munmap(raw, head);
+  if (tail != 0) munmap(aligned + size, tail);
+  return aligned;
+}
+
+void unmap(void* p, std::size_t size) {
+  munmap(p, size);
+  stats::g.os_unmap_calls.fetch_add(1, std::memory_order_relaxed);
+}
+
+void decommit(void* p, std::size_t size) {
+  madvise(p, size, MADV_DONTNEED);
+  stats::g.os_decommit_calls.fetch_add(1, std::memory_order_relaxed);
+}
+
+bool remap_in_place(void* p, std::size_t old_size, std::size_t new_size) {
+  void* r = mremap(p, old_size, new_size, 0);
+  return r != MAP_FAILED;
+}
+
+bool remap_to(void* old_p, std::size_t old_size, void* target, std::size_t new_size) {
+  void* r = mremap(old_p, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, target);
+  return r != MAP_FAILED;
+}
+
+const char* get_env(const char* name) {
+  if (environ == nullptr) return nullptr;
+  std::size_t n = strlen(name);
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (strncmp(*e, name, n) == 0 && (*e)[n] == '=') return *e + n + 1;
+  }
+  return nullptr;
+}
+
+void write_stderr(const char* text, std::size_t length) {
+  while (length > 0) {
+    ssize_t w = write(2, text, length);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    text += w;
+    length -= static_cast<std::size_t>(w);
+  }
+}
+
+void abort_process() { abort(); }
+
+std::uint64_t random_u64() {
+  std::uint64_t r = 0;
+  if (getrandom(&r, sizeof r, GRND_NONBLOCK) == static_cast<ssize_t>(sizeof r) && r != 0) return r;
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  r = static_cast<std::uint64_t>(ts.tv_nsec) * 0x9E3779B97F4A7C15ull ^
+      reinterpret_cast<std::uintptr_t>(&r) ^ static_cast<std::uint64_t>(getpid()) << 32;
+  return r | 1;
+}
+
+}  // namespace brisk::platform

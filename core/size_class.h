@@ -1,0 +1,87 @@
+// Size classes for small blocks (<= kSmallMax).
+//
+// The table: 16-byte steps up to 128 B (the 16-byte alignment rule forbids finer steps), then
+// eight classes per doubling, so internal waste above 128 B is at most 1/8 = 12.5% of the block
+// (between 64 and 128 B it is bounded by the 16-byte step: at most 15 bytes, 18.75% at 65 B).
+// Every class size is a multiple of 16, and spans start page-aligned, so every block is
+// 16-byte aligned; a class whose size is a multiple of 2^k serves alignment 2^k.
+//
+// Each class has a span of 1, 2, 4 or 8 pages of 64 KiB: the fewest that hold at least 8 blocks.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+#include "core/config.h"
+#include "core/hints.h"
+
+namespace brisk {
+
+inline constexpr unsigned kNumClasses = 8 + 8 * 9;  // 16..128 by 16, then 8 per doubling to 64 KiB
+
+constexpr std::size_t class_size_of(unsigned c) {
+  if (c < 8) return (c + 1) * 16;
+  unsigned k = 7 + (c - 8) / 8;   // size is in (2^k, 2^(k+1)]
+  unsigned sub = 8 + (c - 8) % 8; // 9..16 eighths of 2^k
+  return static_cast<std::size_t>(sub + 1) << (k - 3);
+}
+
+// Precondition: 1 <= size <= kSmallMax.
+constexpr unsigned size_to_class_compute(std::size_t size) {
+  if (size <= 128) return static_cast<unsigned>((size - 1) >> 4);
+  unsigned k = 63u - static_cast<unsigned>(__builtin_clzll(size - 1));  // 2^k < size <= 2^(k+1)
+  unsigned sub = static_cast<unsigned>((size - 1) >> (k - 3));             // 8..15
+  return 8 + (k - 7) * 8 + (sub - 8);
+}
+
+struct SizeClassInfo {
+  std::uint32_t size;
+  std::uint32_t span_pages;
+  std::uint32_t capacity;    // blocks per span
+  std::uint64_t reciprocal;  // ceil(2^40 / size): offset -> block index without a division
+};
+
+inline constexpr unsigned kReciprocalShift = 40;
+
+constexpr SizeClassInfo make_class_info(unsigned c) {
+  std::size_t size = class_size_of(c);
+  unsigned pages = 1;
+  while (pages < kMaxSmallSpanPages && pages * kPageSize / size < 8) pages *= 2;
+  return SizeClassInfo{static_cast<std::uint32_t>(size), pages,
+                       static_cast<std::uint32_t>(pages * kPageSize / size),
+                       ((std::uint64_t{1} << kReciprocalShift) + size - 1) / size};
+}
+
+constexpr std::array<SizeClassInfo, kNumClasses> make_class_table() {
+  std::array<SizeClassInfo, kNumClasses> t{};
+  for (unsigned c = 0; c < kNumClasses; ++c) t[c] = make_class_info(c);
+  return t;
+}
+
+inline constexpr std::array<SizeClassInfo, kNumClasses> kClasses = make_class_table();
+
+// (size + 15) / 16 -> class, for size <= 1024: one load instead of a bit scan.
+inline constexpr unsigned kLookupMax = 1024;
+constexpr std::array<std::uint8_t, kLookupMax / 16 + 1> make_lookup() {
+  std::array<std::uint8_t, kLookupMax / 16 + 1> t{};
+  for (unsigned i = 0; i <= kLookupMax / 16; ++i)
+    t[i] = static_cast<std::uint8_t>(size_to_class_compute(i == 0 ? 1 : i * 16));
+  return t;
+}
+inline constexpr auto kClassLookup = make_lookup();
+
+// Precondition: size <= kSmallMax. Size 0 maps to the 16-byte class.
+BRISK_ALWAYS_INLINE unsigned size_to_class(std::size_t size) {
+  if (BRISK_LIKELY(size <= kLookupMax)) return kClassLookup[(size + 15) >> 4];
+  return size_to_class_compute(size);
+}
+
+static_assert(class_size_of(kNumClasses - 1) == kSmallMax);
+static_assert(size_to_class_compute(kSmallMax) == kNumClasses - 1);
+static_assert(size_to_class_compute(129) == 8 && class_size_of(8) == 144);
+static_assert(size_to_class_compute(256) == 15 && class_size_of(15) == 256);
+static_assert(size_to_class_compute(257) == 16 && class_size_of(16) == 288);
+static_assert(kNumClasses < 256, "span descriptors store the class in a byte");
+
+}  // namespace brisk

@@ -1,0 +1,88 @@
+// Span: a run of pages inside a chunk given to one size class (many blocks) or to one medium
+// block. Its descriptor lives in the chunk header (chunk.h), never beside user data.
+//
+// Ownership: a span belongs to exactly one owner at a time, `owner`:
+//   - a thread heap (threadcache/heap.h), which alone touches `free`, `used` and the carve
+//     state, without atomics;
+//   - or the orphan owner (a span of an exited thread, or surplus), held in the central pool of
+//     its class; then only a holder of that class's central lock touches it.
+// Other threads read only the immutable geometry (start, block_size, span_bytes, reciprocal)
+// and the atomic owner, to route a free to the right owner.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace brisk {
+
+class Heap;
+
+// A free block: word 0 links it into a free list or a remote queue; word 1 holds the free key
+// (secret ^ address) while the block is free, so a second free of it is seen in one compare.
+struct Block {
+  Block* next;
+  std::uintptr_t key;
+};
+
+enum class SpanKind : std::uint8_t { kUnused = 0, kSmall = 1, kMedium = 2 };
+
+struct Span {
+  // Hot: read on every allocation and local free.
+  Block* free = nullptr;                  // owner's free list
+  std::uint32_t used = 0;           // blocks handed out and not yet returned to this span
+  std::uint32_t carved_bytes = 0;   // bytes from start already cut into blocks (lazy carving)
+  char* start = nullptr;                  // first block
+  std::atomic<Heap*> owner{nullptr};
+  std::uint64_t reciprocal = 0;     // ceil(2^40 / block_size)
+  std::uint32_t block_size = 0;
+  std::uint32_t span_bytes = 0;     // usable bytes: capacity * block_size, or the medium block's size
+  // Cold.
+  std::uint8_t size_class = 0;
+  SpanKind kind = SpanKind::kUnused;
+  std::uint8_t first_page = 0;
+  std::uint8_t page_count = 0;
+  bool listed = false;                  // on an owner's (or central) available list
+  Span* prev = nullptr;                   // available list links
+  Span* next = nullptr;
+  Span* all_prev = nullptr;               // the owning heap's list of every span it holds
+  Span* all_next = nullptr;
+
+  char* end_of_carved() const { return start + carved_bytes; }
+  bool fully_carved() const { return carved_bytes + block_size > span_bytes; }
+  bool has_room() const { return free != nullptr || !fully_carved(); }
+  // True if p is the start of a block of this span (p inside [start, start + span_bytes)).
+  bool is_block_start(std::uintptr_t offset) const {
+    std::uint64_t index = (offset * reciprocal) >> 40;
+    return index * block_size == offset;
+  }
+};
+
+// Intrusive doubly-linked list of spans through prev/next.
+struct SpanList {
+  Span* head = nullptr;
+  std::size_t count = 0;
+
+  void push(Span* s) {
+    s->prev = nullptr;
+    s->next = head;
+    if (head != nullptr) head->prev = s;
+    head = s;
+    s->listed = true;
+    ++count;
+  }
+  void remove(Span* s) {
+    if (s->prev != nullptr) s->prev->next = s->next; else head = s->next;
+    if (s->next != nullptr) s->next->prev = s->prev;
+    s->prev = s->next = nullptr;
+    s->listed = false;
+    --count;
+  }
+  Span* pop() {
+    Span* s = head;
+    if (s != nullptr) remove(s);
+    return s;
+  }
+};
+
+}  // namespace brisk

@@ -1,0 +1,5 @@
+#include "core/stats.h"
+
+namespace brisk::stats {
+Counters g;
+}  // namespace brisk::stats

@@ -1,0 +1,29 @@
+// Process-wide counters. Updated only on slow paths (never on the per-allocation fast path),
+// with relaxed atomics; read by brisk_get_stats().
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+namespace brisk::stats {
+
+struct Counters {
+  std::atomic<std::uint64_t> chunks_mapped{0};
+  std::atomic<std::uint64_t> large_bytes_mapped{0};
+  std::atomic<std::uint64_t> large_bytes_cached{0};
+  std::atomic<std::uint64_t> large_live_blocks{0};
+  std::atomic<std::uint64_t> os_map_calls{0};
+  std::atomic<std::uint64_t> os_unmap_calls{0};
+  std::atomic<std::uint64_t> os_decommit_calls{0};
+  std::atomic<std::uint64_t> heaps_live{0};
+  std::atomic<std::uint64_t> heaps_total{0};
+  std::atomic<std::uint64_t> spans_orphaned{0};
+};
+
+extern Counters g;
+
+inline void add(std::atomic<std::uint64_t>& c, std::int64_t d) {
+  c.fetch_add(static_cast<std::uint64_t>(d), std::memory_order_relaxed);
+}
+
+}  // namespace brisk::stats

@@ -1,0 +1,42 @@
+// The allocation entry points as inline functions, shared by the brisk_* API (api.cc) and the
+// malloc/operator new replacements (core/override.cc), so that both get the fast paths inlined
+// with no call between the entry point and the thread cache.
+#pragma once
+
+#include <errno.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "core/config.h"
+#include "core/hints.h"
+#include "core/size_class.h"
+#include "threadcache/heap.h"
+
+namespace brisk {
+
+// Medium and large blocks, errno for impossible sizes. alignment: a power of two.
+void* alloc_big(std::size_t size, std::size_t alignment, bool zero);
+void* realloc_impl(void* p, std::size_t size);
+void* aligned_alloc_impl(std::size_t alignment, std::size_t size);
+std::size_t usable_size_impl(const void* p);
+void* calloc_big(std::size_t count, std::size_t size);
+
+BRISK_ALWAYS_INLINE void* malloc_inline(std::size_t size) {
+  if (BRISK_LIKELY(size <= kSmallMax)) return alloc_small(t_heap, size_to_class(size));
+  return alloc_big(size, kMinAlign, false);
+}
+
+BRISK_ALWAYS_INLINE void free_inline(void* p) { free_fast(p); }
+
+BRISK_ALWAYS_INLINE void* calloc_inline(std::size_t count, std::size_t size) {
+  std::size_t total;
+  if (BRISK_UNLIKELY(__builtin_mul_overflow(count, size, &total) || total > kSmallMax))
+    return calloc_big(count, size);
+  void* p = alloc_small(t_heap, size_to_class(total));
+  if (BRISK_LIKELY(p != nullptr)) std::memset(p, 0, total);
+  return p;
+}
+
+}  // namespace brisk

@@ -1,0 +1,406 @@
+// Heap slow paths: refill, spans, remote frees, the orphan queue. The call map is in heap.h.
+#include "threadcache/heap.h"
+
+#include <cstring>
+
+#include "core/central_pool.h"
+#include "core/large.h"
+#include "core/options.h"
+#include "core/report.h"
+#include "core/stats.h"
+
+namespace brisk {
+
+constinit Span g_empty_span{.block_size = 1};
+std::uintptr_t g_free_secret = 0;
+
+namespace {
+
+// Carving cuts at most this many bytes of new blocks at once, so a fresh span touches its
+// pages as they are needed rather than all at once (lazy carving keeps RSS to what is used).
+constexpr std::uint32_t kCarveBytes = 8192;
+
+void carve(Span* s) {
+  std::uint32_t bs = s->block_size;
+  std::uint32_t remaining = (s->span_bytes - s->carved_bytes) / bs;
+  std::uint32_t n = kCarveBytes / bs;
+  if (n == 0) n = 1;
+  if (n > remaining) n = remaining;
+  char* first = s->start + s->carved_bytes;
+  char* p = first;
+  for (std::uint32_t i = 0; i < n; ++i, p += bs) {
+    auto* b = reinterpret_cast<Block*>(p);
+    b->next = i + 1 < n ? reinterpret_cast<Block*>(p + bs) : s->free;
+    // A never-handed-out block carries the free key too: freeing it is caught as a double free.
+    b->key = g_free_secret ^ reinterpret_cast<std::uintptr_t>(p);
+  }
+  s->free = reinterpret_cast<Block*>(first);
+  s->carved_bytes += n * bs;
+}
+
+void all_link(Heap* h, Span* s) {
+  s->all_prev = nullptr;
+  s->all_next = h->all_spans;
+  if (h->all_spans != nullptr) h->all_spans->all_prev = s;
+  h->all_spans = s;
+}
+
+void all_unlink(Heap* h, Span* s) {
+  if (s->all_prev != nullptr) s->all_prev->all_next = s->all_next; else h->all_spans = s->all_next;
+  if (s->all_next != nullptr) s->all_next->all_prev = s->all_prev;
+  s->all_prev = s->all_next = nullptr;
+}
+
+void chunk_list_push(Heap* h, Chunk* c) {
+  c->prev = nullptr;
+  c->next = h->chunks;
+  if (h->chunks != nullptr) h->chunks->prev = c;
+  h->chunks = c;
+}
+
+void chunk_list_remove(Heap* h, Chunk* c) {
+  if (c->prev != nullptr) c->prev->next = c->next; else h->chunks = c->next;
+  if (c->next != nullptr) c->next->prev = c->prev;
+  c->next = c->prev = nullptr;
+}
+
+// Pages for a new span: this heap's chunks first, then an abandoned chunk, then a new one.
+Span* span_create(Heap* h, unsigned pages) {
+  Chunk* ch = nullptr;
+  unsigned first = 0;
+  for (Chunk* c = h->chunks; c != nullptr; c = c->next) {
+    if (c->free_pages.load(std::memory_order_relaxed) == 0) continue;
+    first = chunk_claim_pages(c, pages);
+    if (first != 0) {
+      ch = c;
+      break;
+    }
+  }
+  if (ch == nullptr) {
+    Chunk* c = chunk_adopt(h);
+    if (c != nullptr) {
+      chunk_list_push(h, c);
+      first = chunk_claim_pages(c, pages);
+      if (first != 0) ch = c;
+    }
+  }
+  if (ch == nullptr) {
+    Chunk* c = chunk_create(h);
+    if (c == nullptr) return nullptr;
+    chunk_list_push(h, c);
+    first = chunk_claim_pages(c, pages);
+    ch = c;
+  }
+  Span* s = &ch->spans[first];
+  s->first_page = static_cast<std::uint8_t>(first);
+  s->page_count = static_cast<std::uint8_t>(pages);
+  s->start = ch->page_address(first);
+  s->free = nullptr;
+  s->listed = false;
+  s->prev = s->next = nullptr;
+  for (unsigned i = first; i < first + pages; ++i) ch->page_head[i] = static_cast<std::uint8_t>(first);
+  return s;
+}
+
+Span* span_new_small(Heap* h, unsigned c) {
+  const SizeClassInfo& info = kClasses[c];
+  Span* s = span_create(h, info.span_pages);
+  if (s == nullptr) return nullptr;
+  s->used = 0;
+  s->carved_bytes = 0;
+  s->block_size = info.size;
+  s->span_bytes = info.capacity * info.size;
+  s->reciprocal = info.reciprocal;
+  s->size_class = static_cast<std::uint8_t>(c);
+  s->kind = SpanKind::kSmall;
+  s->owner.store(h, std::memory_order_release);
+  all_link(h, s);
+  return s;
+}
+
+void set_medium_geometry(Span* s, unsigned pages) {
+  std::uint32_t bytes = static_cast<std::uint32_t>(pages) << kPageShift;
+  s->page_count = static_cast<std::uint8_t>(pages);
+  s->block_size = bytes;
+  s->span_bytes = bytes;
+  s->carved_bytes = bytes;
+  s->reciprocal = ((std::uint64_t{1} << kReciprocalShift) + bytes - 1) / bytes;
+}
+
+// Resets a span's descriptor and gives its pages back to the chunk.
+void release_span_pages(Span* s) {
+  Chunk* ch = chunk_of(reinterpret_cast<std::uintptr_t>(s->start));
+  unsigned first = s->first_page, count = s->page_count;
+  s->kind = SpanKind::kUnused;
+  s->free = nullptr;
+  s->used = 0;
+  s->carved_bytes = 0;
+  s->span_bytes = 0;
+  s->owner.store(nullptr, std::memory_order_relaxed);
+  if (chunk_release_pages(ch, first, count)) chunk_release_if_abandoned_and_empty(ch);
+}
+
+// Returns the resident memory of this heap's free pages to the OS, and whole empty chunks
+// beyond one spare to the chunk cache.
+void heap_purge(Heap* h) {
+  bool kept_spare = false;
+  for (Chunk* c = h->chunks; c != nullptr;) {
+    Chunk* next = c->next;
+    if (c->free_pages.load(std::memory_order_acquire) == kAllPagesFree) {
+      if (kept_spare) {
+        chunk_list_remove(h, c);
+        chunk_destroy(c);
+      } else {
+        kept_spare = true;
+        chunk_purge(c);
+      }
+    } else {
+      chunk_purge(c);
+    }
+    c = next;
+  }
+  h->released_since_purge = 0;
+}
+
+void send_chain(Heap* dest, Block* first, Block* last) {
+  if (!dest->incoming.push(first, last)) {
+    // The owner has exited (its queue is closed): its spans are, or are about to be, orphans.
+    g_orphan_heap.incoming.push(first, last);
+  }
+}
+
+void flush_batch(OutgoingBatch& o) {
+  if (o.count != 0) send_chain(o.dest, o.head, o.tail);
+  o.head = o.tail = nullptr;
+  o.count = 0;
+}
+
+void outgoing_add(Heap* h, Heap* dest, Block* b) {
+  OutgoingBatch& o = h->outgoing[dest->id & (kRemoteSlots - 1)];
+  if (o.dest != dest) {
+    flush_batch(o);
+    o.dest = dest;
+  }
+  b->next = o.head;
+  o.head = b;
+  if (o.tail == nullptr) o.tail = b;
+  if (++o.count >= kRemoteBatch) flush_batch(o);
+}
+
+// A block that arrived in h's queue. The span may have changed owner since it was sent.
+void process_owned_block(Heap* h, Block* b) {
+  auto a = reinterpret_cast<std::uintptr_t>(b);
+  Span* s = chunk_of(a)->span_of(a);
+  Heap* owner = s->owner.load(std::memory_order_acquire);
+  if (owner != h) {
+    if (owner == nullptr) fatal_pointer_error("invalid free of", b, "its span is not in use");
+    send_chain(owner, b, b);
+    return;
+  }
+  if (a - reinterpret_cast<std::uintptr_t>(s->start) >= s->carved_bytes)
+    fatal_pointer_error("invalid free of", b, "never handed out");
+  Block* old = s->free;
+  b->next = old;
+  s->free = b;
+  if (--s->used == 0 || old == nullptr) free_local_adjust(h, s);
+}
+
+void process_orphan_block(Block* b) {
+  auto a = reinterpret_cast<std::uintptr_t>(b);
+  Span* s = chunk_of(a)->span_of(a);
+  CentralPool& pool = g_central[central_index(s)];
+  pool.lock.lock();
+  Heap* owner = s->owner.load(std::memory_order_acquire);
+  if (owner != &g_orphan_heap) {
+    pool.lock.unlock();
+    if (owner == nullptr) fatal_pointer_error("invalid free of", b, "its span is not in use");
+    send_chain(owner, b, b);
+    return;
+  }
+  if (a - reinterpret_cast<std::uintptr_t>(s->start) >= s->carved_bytes) {
+    pool.lock.unlock();
+    fatal_pointer_error("invalid free of", b, "never handed out");
+  }
+  Block* old = s->free;
+  b->next = old;
+  s->free = b;
+  if (--s->used == 0) {
+    if (s->listed) pool.remove(s);
+    stats::add(stats::g.spans_orphaned, -1);
+    pool.lock.unlock();
+    release_span_pages(s);
+    return;
+  }
+  if (old == nullptr && s->kind == SpanKind::kSmall && !s->listed) pool.push(s);
+  pool.lock.unlock();
+}
+
+}  // namespace
+
+void heap_release_span(Heap* h, Span* s) {
+  if (s->listed) h->available[s->size_class].remove(s);
+  all_unlink(h, s);
+  std::size_t bytes = std::size_t{s->page_count} << kPageShift;
+  release_span_pages(s);
+  h->released_since_purge += bytes;
+  if (h->released_since_purge >= static_cast<std::size_t>(options::get(options::Id::kPurgeBytes)))
+    heap_purge(h);
+}
+
+void free_local_adjust(Heap* h, Span* s) {
+  if (s->used == 0) {
+    // Keep the class's current span even when empty: alloc/free ping-pong stays on the fast path.
+    if (s->kind == SpanKind::kSmall && h->current[s->size_class] == s) return;
+    heap_release_span(h, s);
+    return;
+  }
+  // The span was full and has a free block again.
+  if (s->kind == SpanKind::kSmall && !s->listed && h->current[s->size_class] != s)
+    h->available[s->size_class].push(s);
+}
+
+void heap_flush_outgoing(Heap* h) {
+  for (auto& o : h->outgoing) flush_batch(o);
+}
+
+void heap_drain_incoming(Heap* h) { heap_process_blocks(h, h->incoming.take_all()); }
+
+void heap_process_blocks(Heap* h, Block* b) {
+  while (b != nullptr) {
+    Block* next = b->next;
+    process_owned_block(h, b);
+    b = next;
+  }
+}
+
+void drain_orphans() {
+  Block* b = g_orphan_heap.incoming.take_all();
+  while (b != nullptr) {
+    Block* next = b->next;
+    process_orphan_block(b);
+    b = next;
+  }
+}
+
+BRISK_NOINLINE void* alloc_refill(Heap* h, unsigned c) {
+  if (BRISK_UNLIKELY(h == &g_sentinel_heap)) {
+    h = heap_for_this_thread();
+    if (h == nullptr) {
+      errno = ENOMEM;
+      return nullptr;
+    }
+    return alloc_small(h, c);
+  }
+  if (!h->incoming.empty()) heap_drain_incoming(h);
+  if (!g_orphan_heap.incoming.empty()) drain_orphans();
+  Span* s = h->current[c];
+  if (s->free == nullptr) {
+    if (s != &g_empty_span && !s->fully_carved()) {
+      carve(s);
+    } else {
+      // The current span is full: it stays owned and unlisted until a block comes back to it.
+      s = h->available[c].pop();
+      if (s == nullptr) {
+        s = central_take(c, h);
+        if (s != nullptr) all_link(h, s);
+      }
+      if (s == nullptr) s = span_new_small(h, c);
+      if (s == nullptr) {
+        errno = ENOMEM;
+        return nullptr;
+      }
+      h->current[c] = s;
+      if (s->free == nullptr) carve(s);
+    }
+  }
+  Block* b = s->free;
+  s->free = b->next;
+  s->used++;
+  b->key = 0;
+  return b;
+}
+
+void* alloc_medium(Heap* h, std::size_t size) {
+  unsigned pages = static_cast<unsigned>((size + kPageSize - 1) >> kPageShift);
+  if (!h->incoming.empty()) heap_drain_incoming(h);
+  Span* s = span_create(h, pages);
+  if (s == nullptr) return nullptr;
+  set_medium_geometry(s, pages);
+  s->used = 1;
+  s->size_class = 0;
+  s->kind = SpanKind::kMedium;
+  s->owner.store(h, std::memory_order_release);
+  all_link(h, s);
+  auto* b = reinterpret_cast<Block*>(s->start);
+  b->key = 0;
+  return b;
+}
+
+bool medium_resize_in_place(Heap* h, Span* s, std::size_t new_size) {
+  unsigned pages = s->page_count;
+  unsigned want = static_cast<unsigned>((new_size + kPageSize - 1) >> kPageShift);
+  Chunk* ch = chunk_of(reinterpret_cast<std::uintptr_t>(s->start));
+  if (want == pages) return true;
+  if (want < pages) {
+    set_medium_geometry(s, want);
+    chunk_release_pages(ch, s->first_page + want, pages - want);
+    return true;
+  }
+  // Growing claims the neighbouring pages, which only the chunk's page owner may do.
+  if (ch->page_owner.load(std::memory_order_relaxed) != h) return false;
+  if (!chunk_claim_pages_at(ch, s->first_page + pages, want - pages)) return false;
+  for (unsigned i = s->first_page + pages; i < s->first_page + want; ++i) ch->page_head[i] = s->first_page;
+  set_medium_geometry(s, want);
+  return true;
+}
+
+BRISK_NOINLINE void free_slow(void* p) {
+  if (p == nullptr) return;
+  auto a = reinterpret_cast<std::uintptr_t>(p);
+  std::uint8_t kind = region_kind(a);
+  if (kind == kRegionLarge || kind == kRegionLargeAtStart) {
+    LargeHeader* lh = large_header_of(p, kind);
+    if (lh == nullptr) fatal_pointer_error("invalid free of", p, "not the start of a block brisk handed out");
+    large_free(p, lh);
+    return;
+  }
+  if (kind != kRegionChunk) fatal_pointer_error("invalid free of", p, "not a block brisk handed out");
+  Span* s = chunk_of(a)->span_of(a);
+  if (s->kind == SpanKind::kUnused) fatal_pointer_error("invalid free of", p, "not a block brisk handed out");
+  std::uintptr_t offset = a - reinterpret_cast<std::uintptr_t>(s->start);
+  if (offset >= s->span_bytes || !s->is_block_start(offset))
+    fatal_pointer_error("invalid free of", p, "points inside a block, not at its start");
+  auto* b = static_cast<Block*>(p);
+  std::uintptr_t key = g_free_secret ^ a;
+  if (b->key == key) fatal_pointer_error("double free of", p, nullptr);
+  Heap* owner = s->owner.load(std::memory_order_acquire);
+  Heap* h = t_heap;
+  if (owner == h) {
+    // The fast path refused it only because it lies beyond the carved blocks.
+    fatal_pointer_error("invalid free of", p, "never handed out");
+  }
+  if (h == &g_sentinel_heap) h = heap_for_this_thread();
+  b->key = key;
+  if (h == nullptr) {
+    send_chain(owner, b, b);  // no heap (out of memory for one): send it alone
+    return;
+  }
+  outgoing_add(h, owner, b);
+}
+
+void heap_collect(Heap* h) {
+  heap_flush_outgoing(h);
+  heap_drain_incoming(h);
+  drain_orphans();
+  for (unsigned c = 0; c < kNumClasses; ++c) {
+    Span* s = h->current[c];
+    if (s != &g_empty_span && s->used == 0) {
+      h->current[c] = &g_empty_span;
+      heap_release_span(h, s);
+    }
+  }
+  heap_purge(h);
+  large_cache_flush();
+}
+
+}  // namespace brisk

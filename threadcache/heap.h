@@ -1,0 +1,121 @@
+// Heap: one per thread, the thread cache. Call map of an allocation:
+//
+//   brisk_malloc / malloc / operator new                    (threadcache/alloc_inline.h)
+//     -> alloc_small: pop the current span's free list      (fast path, below; no lock, no atomic)
+//        -> alloc_refill                                    (heap.cc, noinline)
+//             1. take the remote frees queued to this heap  (RemoteQueue, one exchange)
+//             2. carve more blocks from the current span    (lazy: pages are touched as needed)
+//             3. another span of this heap with free blocks (available list)
+//             4. a span from the central pool of the class  (core central pool; spans of exited threads)
+//             5. a new span: pages from this heap's chunks, an abandoned chunk, or a new chunk
+//                                                             (core/chunk.cc -> core/platform)
+//     -> alloc_big: medium spans (page runs) and large blocks (core/large.cc -> core/platform)
+//
+// And of a free:
+//   free_fast: the block's span is owned by this heap -> push on its free list (no atomic)
+//     -> free_slow (heap.cc): null, large blocks, bad pointers (report + abort), and remote
+//        frees: the block joins this thread's outgoing batch for the owning heap; a full batch
+//        goes to the owner's RemoteQueue with one CAS.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/chunk.h"
+#include "core/config.h"
+#include "core/hints.h"
+#include "core/size_class.h"
+#include "core/span.h"
+#include "threadcache/remote_queue.h"
+
+namespace brisk {
+
+// Blocks freed by this thread, waiting to go to one other heap.
+struct OutgoingBatch {
+  Heap* dest = nullptr;
+  Block* head = nullptr;
+  Block* tail = nullptr;
+  std::uint32_t count = 0;
+};
+
+class alignas(BRISK_CACHELINE) Heap {
+ public:
+  constexpr explicit Heap(Span* empty) : current{} {
+    for (auto& s : current) s = empty;
+  }
+  Heap(const Heap&) = delete;
+  Heap& operator=(const Heap&) = delete;
+
+  // Hot: the fast paths read only this array. Never null: an exhausted class points at a span
+  // with no free block (g_empty_span), which sends the allocation to alloc_refill.
+  Span* current[kNumClasses];
+
+  // Blocks other threads freed into this heap's spans.
+  alignas(BRISK_CACHELINE) RemoteQueue incoming;
+
+  // Cold: slow paths only.
+  alignas(BRISK_CACHELINE) SpanList available[kNumClasses];  // spans with free blocks, not current
+  Span* all_spans = nullptr;    // every span this heap owns (for thread exit)
+  Chunk* chunks = nullptr;      // chunks this heap claims pages from
+  OutgoingBatch outgoing[kRemoteSlots];
+  std::size_t released_since_purge = 0;  // bytes of spans released since the last purge
+  Heap* pool_next = nullptr;
+  std::uint32_t id = 0;
+};
+
+extern Span g_empty_span;
+extern Heap g_sentinel_heap;  // every thread's heap until its first allocation
+extern Heap g_orphan_heap;    // owner of spans whose thread exited; its queue is the orphan queue
+extern std::uintptr_t g_free_secret;
+extern __thread Heap* t_heap __attribute__((tls_model("initial-exec")));
+
+void* alloc_refill(Heap* h, unsigned size_class);
+void free_slow(void* p);
+void free_local_adjust(Heap* h, Span* s);
+
+// Fast path: must hold to stay here: the current span of the class has a free block.
+BRISK_ALWAYS_INLINE void* alloc_small(Heap* h, unsigned c) {
+  Span* s = h->current[c];
+  Block* b = s->free;
+  if (BRISK_UNLIKELY(b == nullptr)) return alloc_refill(h, c);
+  s->free = b->next;
+  s->used++;
+  b->key = 0;  // a live block never carries the free key
+  return b;
+}
+
+// Fast path: must hold to stay here: p is in a brisk chunk, its span is owned by this thread's
+// heap, p is the start of a carved block, and the block does not carry the free key (not
+// already free). The span leaves the fast path when it becomes empty or stops being full.
+BRISK_ALWAYS_INLINE void free_fast(void* p) {
+  auto a = reinterpret_cast<std::uintptr_t>(p);
+  if (BRISK_UNLIKELY(region_kind(a) != kRegionChunk)) return free_slow(p);
+  Span* s = chunk_of(a)->span_of(a);
+  Heap* h = t_heap;
+  std::uintptr_t offset = a - reinterpret_cast<std::uintptr_t>(s->start);
+  auto* b = static_cast<Block*>(p);
+  std::uintptr_t key = g_free_secret ^ a;
+  if (BRISK_UNLIKELY(s->owner.load(std::memory_order_relaxed) != h || offset >= s->carved_bytes ||
+                     !s->is_block_start(offset) || b->key == key))
+    return free_slow(p);
+  Block* old = s->free;
+  b->next = old;
+  b->key = key;
+  s->free = b;
+  if (BRISK_UNLIKELY(--s->used == 0 || old == nullptr)) free_local_adjust(h, s);
+}
+
+// Slow-path helpers shared by heap.cc and heap_lifecycle.cc.
+Heap* heap_for_this_thread();          // creates the thread's heap on first use; nullptr: no memory
+void heap_flush_outgoing(Heap* h);
+void heap_drain_incoming(Heap* h);
+void heap_process_blocks(Heap* h, Block* chain);  // blocks sent to h, linked through next
+void drain_orphans();
+void heap_collect(Heap* h);            // brisk_thread_collect
+void heap_release_span(Heap* h, Span* s);
+void* alloc_medium(Heap* h, std::size_t size);
+// In-place resize of a medium block owned by h. False if it must move.
+bool medium_resize_in_place(Heap* h, Span* s, std::size_t new_size);
+void process_init();
+
+}  // namespace brisk

@@ -1,0 +1,179 @@
+// Thread and process lifecycle: process initialisation, the heap of each thread (created on
+// first use, recycled after its thread exits), thread exit, and fork.
+//
+// Thread exit: the heap flushes its outgoing batches, closes its remote queue and takes what
+// was queued, then hands every span still holding live blocks to the central pool of its class
+// (owner = the orphan heap), releases empty spans, and abandons its chunks for other heaps to
+// adopt. A block freed later by any thread reaches the orphan queue and is put back under the
+// central pool's lock: it is reclaimed, not leaked and not crashed on.
+#include <errno.h>
+#include <pthread.h>
+
+#include <atomic>
+#include <new>
+
+#include "core/central_pool.h"
+#include "core/large.h"
+#include "core/lock.h"
+#include "core/platform.h"
+#include "core/stats.h"
+#include "threadcache/heap.h"
+
+namespace brisk {
+
+constinit Heap g_sentinel_heap{&g_empty_span};
+constinit Heap g_orphan_heap{&g_empty_span};
+__thread Heap* t_heap __attribute__((tls_model("initial-exec"))) = &g_sentinel_heap;
+
+namespace {
+
+__thread bool t_in_init __attribute__((tls_model("initial-exec"))) = false;
+
+std::atomic<int> g_init_state{0};  // 0: not started, 1: running, 2: done
+pthread_key_t g_thread_key;
+
+// Heap objects come from brisk's own metadata slabs, never from malloc, and are recycled: a
+// heap's address stays valid for the process's lifetime, so a late remote free can always push
+// to the queue of a heap whose thread has gone (the push finds the queue closed).
+SpinLock g_pool_lock;
+Heap* g_pool_head = nullptr;
+char* g_slab_cursor = nullptr;
+char* g_slab_end = nullptr;
+std::uint32_t g_next_heap_id = 1;
+constexpr std::size_t kSlabBytes = 256 * 1024;
+
+Heap* heap_acquire() {
+  LockGuard g(g_pool_lock);
+  Heap* h = g_pool_head;
+  if (h != nullptr) {
+    g_pool_head = h->pool_next;
+    return h;
+  }
+  constexpr std::size_t size = (sizeof(Heap) + BRISK_CACHELINE - 1) & ~std::size_t{BRISK_CACHELINE - 1};
+  if (g_slab_cursor == nullptr || g_slab_end - g_slab_cursor < static_cast<std::ptrdiff_t>(size)) {
+    auto* slab = static_cast<char*>(platform::map(kSlabBytes));
+    if (slab == nullptr) return nullptr;
+    g_slab_cursor = slab;
+    g_slab_end = slab + kSlabBytes;
+  }
+  h = new (g_slab_cursor) Heap(&g_empty_span);
+  g_slab_cursor += size;
+  h->id = g_next_heap_id++;
+  stats::add(stats::g.heaps_total, 1);
+  return h;
+}
+
+void heap_reset(Heap* h) {
+  for (auto& s : h->current) s = &g_empty_span;
+  for (auto& l : h->available) l = SpanList{};
+  h->all_spans = nullptr;
+  h->chunks = nullptr;
+  for (auto& o : h->outgoing) o = OutgoingBatch{};
+  h->released_since_purge = 0;
+  h->pool_next = nullptr;
+  h->incoming.reopen();
+}
+
+void orphan_span(Span* s) {
+  CentralPool& pool = g_central[central_index(s)];
+  LockGuard g(pool.lock);
+  s->owner.store(&g_orphan_heap, std::memory_order_release);
+  if (s->kind == SpanKind::kSmall && s->has_room()) pool.push(s);
+  stats::add(stats::g.spans_orphaned, 1);
+}
+
+void heap_detach(Heap* h) {
+  heap_flush_outgoing(h);
+  // From here on, pushes to h fail and go to the orphan queue.
+  Block* b = h->incoming.close();
+  for (unsigned c = 0; c < kNumClasses; ++c) h->current[c] = &g_empty_span;
+  heap_process_blocks(h, b);
+  for (Span* s = h->all_spans; s != nullptr;) {
+    Span* next = s->all_next;
+    if (s->listed) h->available[s->size_class].remove(s);
+    if (s->used == 0) {
+      heap_release_span(h, s);
+    } else {
+      s->all_prev = s->all_next = nullptr;
+      orphan_span(s);
+    }
+    s = next;
+  }
+  h->all_spans = nullptr;
+  for (Chunk* c = h->chunks; c != nullptr;) {
+    Chunk* next = c->next;
+    chunk_abandon(c);
+    c = next;
+  }
+  h->chunks = nullptr;
+  drain_orphans();
+}
+
+void on_thread_exit(void* value) {
+  auto* h = static_cast<Heap*>(value);
+  if (h == nullptr) return;
+  heap_detach(h);
+  t_heap = &g_sentinel_heap;
+  stats::add(stats::g.heaps_live, -1);
+  LockGuard g(g_pool_lock);
+  h->pool_next = g_pool_head;
+  g_pool_head = h;
+}
+
+// fork: the child gets a copy of every lock in whatever state another thread left it. Take them
+// all before fork (in one fixed order) and release them on both sides after it, so the child
+// can allocate at once (glibc's tst-malloc-fork-deadlock scenario).
+void atfork_prepare() {
+  g_pool_lock.lock();
+  central_locks_acquire();
+  chunk_locks_acquire();
+  large_locks_acquire();
+}
+void atfork_parent() {
+  large_locks_release();
+  chunk_locks_release();
+  central_locks_release();
+  g_pool_lock.unlock();
+}
+void atfork_child() {
+  large_locks_reset_in_child();
+  chunk_locks_reset_in_child();
+  central_locks_reset_in_child();
+  g_pool_lock.reset_after_fork();
+  stats::g.heaps_live.store(t_heap != &g_sentinel_heap ? 1 : 0, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+void process_init() {
+  if (BRISK_LIKELY(g_init_state.load(std::memory_order_acquire) == 2)) return;
+  int expected = 0;
+  if (g_init_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+    t_in_init = true;
+    // The top bit keeps secret ^ address from ever being 0 (a live block's key word).
+    g_free_secret = platform::random_u64() | (std::uint64_t{1} << 63);
+    pthread_key_create(&g_thread_key, on_thread_exit);
+    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    g_init_state.store(2, std::memory_order_release);
+    t_in_init = false;
+    return;
+  }
+  if (t_in_init) return;  // a libc call inside initialisation came back to malloc
+  while (g_init_state.load(std::memory_order_acquire) != 2) sched_yield();
+}
+
+Heap* heap_for_this_thread() {
+  process_init();
+  if (t_heap != &g_sentinel_heap) return t_heap;
+  Heap* h = heap_acquire();
+  if (h == nullptr) return nullptr;
+  heap_reset(h);
+  t_heap = h;  // before pthread_setspecific, which may itself call calloc
+  stats::add(stats::g.heaps_live, 1);
+  if (g_init_state.load(std::memory_order_acquire) == 2) pthread_setspecific(g_thread_key, h);
+  return h;
+}
+
+__attribute__((constructor)) static void brisk_init_at_load() { process_init(); }
+
+}  // namespace brisk
