@@ -1,0 +1,205 @@
+// brisk-stress: puts whatever allocator the process runs on under parallel load and verifies
+// every block it hands out. See stress/README.md for usage, workloads and output.
+//
+// Exit status: 0 success, 1 verification failure (a "VERIFY FAILED:" line on stderr),
+// 2 wrong usage (one line on stderr).
+// Coupling: bench/'s brisk-compare reads the last stdout line, `ops_per_sec=<number>`.
+#include <oneapi/tbb/global_control.h>
+
+#include <cerrno>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include "stress/suite.h"
+
+namespace brisk::stress {
+
+const std::vector<Workload>& workloads() {
+  static const std::vector<Workload> all = {
+      {"small", run_small, "MMtest 1: 10..100 B blocks, realloc to 20..200 B", true, true},
+      {"medium", run_medium, "MMtest 2: 10..100 KiB blocks, realloc to 20..200 KiB", true, true},
+      {"large", run_large, "MMtest 3: 10..100 MiB blocks", true, false},
+      {"strings", run_strings, "MMtest 4: string concatenation", true, true},
+      {"prodcons", run_prodcons, "producers hand blocks to consumers that free them", false, true},
+      {"larson", run_larson, "threads replace random slots, then hand the pool on", false, true},
+      {"churn", run_churn, "rounds of short-lived threads; RSS must stay bounded", false, true},
+      {"realloc", run_realloc_chains, "buffers grow 8 B -> 1 MiB across threads", false, true},
+      {"brisk", run_brisk_api, "brisk only: strategy switch, debug enter/leave", false, false},
+  };
+  return all;
+}
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: brisk-stress [WORKLOAD...] [--threads N] [--scale PCT] [--duration S] [--seed S] "
+    "[--json FILE] [--smoke]\n"
+    "workloads: small medium large strings (alias mmtest) prodcons larson churn realloc brisk; "
+    "all = every workload; none named = mmtest\n";
+
+[[noreturn]] void usage_error(const std::string& message) {
+  std::fprintf(stderr, "brisk-stress: %s (try --help)\n", message.c_str());
+  std::exit(2);
+}
+
+bool parse_double(const char* text, double& out) {
+  if (*text == '\0') return false;
+  char* end = nullptr;
+  errno = 0;
+  out = std::strtod(text, &end);
+  return errno == 0 && *end == '\0' && std::isfinite(out);
+}
+
+bool parse_u64(const char* text, std::uint64_t& out) {
+  if (*text == '\0' || *text == '-' || *text == '+') return false;
+  char* end = nullptr;
+  errno = 0;
+  out = std::strtoull(text, &end, 0);
+  return errno == 0 && *end == '\0';
+}
+
+void add_workload(Options& options, std::string_view name) {
+  auto add = [&](const char* n) {
+    for (const std::string& have : options.workloads)
+      if (have == n) return;
+    options.workloads.emplace_back(n);
+  };
+  if (name == "all") {
+    for (const Workload& w : workloads()) add(w.name);
+    return;
+  }
+  if (name == "mmtest") {
+    for (const Workload& w : workloads())
+      if (w.in_mmtest) add(w.name);
+    return;
+  }
+  for (const Workload& w : workloads()) {
+    if (name == w.name) {
+      add(w.name);
+      return;
+    }
+  }
+  usage_error("unknown workload '" + std::string(name) + "'");
+}
+
+Options parse(int argc, char** argv) {
+  Options options;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
+    if (arg == "--smoke") {
+      options.smoke = true;
+      continue;
+    }
+    if (arg.rfind("--", 0) != 0) {
+      add_workload(options, arg);
+      continue;
+    }
+    std::string value;
+    const std::size_t eq = arg.find('=');
+    if (eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg.resize(eq);
+    } else if (arg == "--threads" || arg == "--scale" || arg == "--duration" || arg == "--seed" ||
+               arg == "--json") {
+      if (i + 1 >= argc) usage_error(arg + " needs a value");
+      value = argv[++i];
+    }
+    if (arg == "--threads") {
+      std::uint64_t n;
+      if (!parse_u64(value.c_str(), n) || n < 1 || n > 1024)
+        usage_error("--threads wants a whole number from 1 to 1024, not '" + value + "'");
+      options.threads = static_cast<int>(n);
+    } else if (arg == "--scale") {
+      double pct;
+      if (!parse_double(value.c_str(), pct) || pct <= 0 || pct > 100000)
+        usage_error("--scale wants a percentage above 0, not '" + value + "'");
+      options.scale_pct = pct;
+      options.scale_given = true;
+    } else if (arg == "--duration") {
+      double s;
+      if (!parse_double(value.c_str(), s) || s < 0 || s > 1e7)
+        usage_error("--duration wants seconds (>= 0), not '" + value + "'");
+      options.duration_s = s;
+    } else if (arg == "--seed") {
+      if (!parse_u64(value.c_str(), options.seed))
+        usage_error("--seed wants a non-negative whole number, not '" + value + "'");
+    } else if (arg == "--json") {
+      if (value.empty()) usage_error("--json needs a file name");
+      options.json_path = value;
+    } else {
+      usage_error("unknown option '" + arg + "'");
+    }
+  }
+  if (options.smoke) {
+    // Every workload, each at its own tiny count (Context::scaled), unless --scale is given.
+    if (options.workloads.empty()) add_workload(options, "all");
+  }
+  if (options.workloads.empty()) {
+    if (options.duration_s > 0) {
+      for (const Workload& w : workloads())
+        if (w.in_soak) options.workloads.emplace_back(w.name);
+    } else {
+      add_workload(options, "mmtest");
+    }
+  }
+  return options;
+}
+
+const Workload& find(const std::string& name) {
+  for (const Workload& w : workloads())
+    if (name == w.name) return w;
+  std::abort();  // parse() admitted only known names
+}
+
+}  // namespace
+}  // namespace brisk::stress
+
+int main(int argc, char** argv) {
+  using namespace brisk::stress;
+  const Options options = parse(argc, argv);
+
+  // A task_arena of N threads gets at most max_allowed_parallelism workers, which defaults to
+  // the core count; raise it so --threads 10 means 10 threads on a 2-core machine too.
+  const unsigned hardware = std::thread::hardware_concurrency();
+  const std::size_t parallelism =
+      static_cast<std::size_t>(options.threads) > hardware ? options.threads : hardware;
+  tbb::global_control parallelism_limit(tbb::global_control::max_allowed_parallelism,
+                                        parallelism);
+
+  Recorder recorder;
+  int passes = 0;
+  {
+    Progress progress;
+    Context ctx{options, recorder, progress};
+    const double start = wall_now_ms();
+    do {
+      for (const std::string& name : options.workloads) {
+        find(name).run(ctx);
+        if (options.duration_s > 0 && wall_now_ms() - start >= options.duration_s * 1000) break;
+      }
+      ++passes;
+    } while (options.duration_s > 0 && wall_now_ms() - start < options.duration_s * 1000);
+  }
+
+  print_table(recorder.rows());
+  const double ops_per_sec = overall_ops_per_sec(recorder.rows());
+  if (!options.json_path.empty() && !write_json(options.json_path, options, recorder.rows(), ops_per_sec)) {
+    std::fprintf(stderr, "brisk-stress: cannot write %s: %s\n", options.json_path.c_str(),
+                 std::strerror(errno));
+    return 2;
+  }
+  std::printf("seed=%" PRIu64 " scale_pct=%g passes=%d process_peak_rss_kib=%" PRIu64 "\n",
+              options.seed, options.scale_pct, passes, process_max_rss_kib());
+  std::printf("ops_per_sec=%.0f\n", ops_per_sec);
+  return 0;
+}

@@ -1,0 +1,90 @@
+// The outputs: the table on stdout, the same rows as JSON, and the overall operation rate.
+#include <cinttypes>
+#include <cstdio>
+
+#include "stress/suite.h"
+
+namespace brisk::stress {
+namespace {
+
+void json_string(std::FILE* f, const std::string& s) {
+  std::fputc('"', f);
+  for (char c : s) {
+    if (c == '"' || c == '\\') std::fputc('\\', f);
+    if (static_cast<unsigned char>(c) < 0x20) {
+      std::fprintf(f, "\\u%04x", c);
+      continue;
+    }
+    std::fputc(c, f);
+  }
+  std::fputc('"', f);
+}
+
+double row_ops_per_sec(const Row& row) {
+  return row.wall_ms > 0 ? static_cast<double>(row.ops) * 1000.0 / row.wall_ms : 0.0;
+}
+
+}  // namespace
+
+double overall_ops_per_sec(const std::vector<Row>& rows) {
+  double ms = 0;
+  std::uint64_t ops = 0;
+  for (const Row& row : rows) {
+    if (row.skipped) continue;
+    ms += row.wall_ms;
+    ops += row.ops;
+  }
+  return ms > 0 ? static_cast<double>(ops) * 1000.0 / ms : 0.0;
+}
+
+void print_table(const std::vector<Row>& rows) {
+  std::printf("%-10s %7s %11s %11s %13s %14s  %s\n", "workload", "threads", "wall_ms", "cpu_ms",
+              "peak_rss_kib", "ops_per_sec", "note");
+  for (const Row& row : rows) {
+    if (row.skipped) {
+      std::printf("%-10s %7s %11s %11s %13s %14s  %s\n", row.workload.c_str(), "-", "-", "-", "-",
+                  "-", row.note.c_str());
+      continue;
+    }
+    std::printf("%-10s %7d %11.1f %11.1f %13" PRIu64 " %14.0f  %s\n", row.workload.c_str(),
+                row.threads, row.wall_ms, row.cpu_ms, row.peak_rss_kib, row_ops_per_sec(row),
+                row.note.c_str());
+  }
+}
+
+bool write_json(const std::string& path, const Options& options, const std::vector<Row>& rows,
+                double ops_per_sec) {
+  std::FILE* f = std::fopen(path.c_str(), "we");
+  if (f == nullptr) return false;
+  std::fprintf(f, "{\n  \"seed\": %" PRIu64 ",\n  \"scale_pct\": %g,\n  \"threads\": %d,\n",
+               options.seed, options.scale_pct, options.threads);
+  std::fprintf(f, "  \"duration_s\": %g,\n  \"smoke\": %s,\n", options.duration_s,
+               options.smoke ? "true" : "false");
+  std::fprintf(f, "  \"rows\": [");
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const Row& row = rows[i];
+    std::fprintf(f, "%s\n    {\"workload\": ", i == 0 ? "" : ",");
+    json_string(f, row.workload);
+    std::fprintf(f, ", \"skipped\": %s, \"threads\": %d, \"passes\": %d", row.skipped ? "true" : "false",
+                 row.threads, row.passes);
+    if (!row.skipped) {
+      std::fprintf(f, ", \"wall_ms\": %.3f, \"cpu_ms\": %.3f, \"peak_rss_kib\": %" PRIu64
+                   ", \"ops\": %" PRIu64 ", \"ops_per_sec\": %.1f",
+                   row.wall_ms, row.cpu_ms, row.peak_rss_kib, row.ops, row_ops_per_sec(row));
+    }
+    if (!row.series_kib.empty()) {
+      std::fprintf(f, ", \"rss_kib_per_round\": [");
+      for (std::size_t k = 0; k < row.series_kib.size(); ++k)
+        std::fprintf(f, "%s%" PRIu64, k == 0 ? "" : ", ", row.series_kib[k]);
+      std::fprintf(f, "]");
+    }
+    std::fprintf(f, ", \"note\": ");
+    json_string(f, row.note);
+    std::fprintf(f, "}");
+  }
+  std::fprintf(f, "\n  ],\n  \"process_peak_rss_kib\": %" PRIu64 ",\n  \"ops_per_sec\": %.1f\n}\n",
+               process_max_rss_kib(), ops_per_sec);
+  return std::fclose(f) == 0;
+}
+
+}  // namespace brisk::stress

@@ -1,0 +1,137 @@
+// The stress suite's framework: options, the measured table rows, the progress bar and the
+// workload registry. Call map: main.cc parses Options -> runs each Workload's function with a
+// Context -> the workload wraps each measured phase in Recorder::measure -> report.cc prints
+// the table, the JSON file and the closing ops_per_sec line.
+#ifndef BRISK_STRESS_SUITE_H
+#define BRISK_STRESS_SUITE_H
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace brisk::stress {
+
+struct Options {
+  std::vector<std::string> workloads;  // expanded: no aliases left
+  int threads = 10;
+  double scale_pct = 100.0;
+  double duration_s = 0.0;  // > 0: soak mode
+  std::uint64_t seed = 1;
+  std::string json_path;
+  bool smoke = false;
+  bool scale_given = false;  // --smoke keeps an explicit --scale
+};
+
+// One row of the table: one workload at one thread count. In soak mode the passes of the same
+// row are summed.
+struct Row {
+  std::string workload;
+  int threads = 0;
+  double wall_ms = 0;
+  double cpu_ms = 0;
+  std::uint64_t peak_rss_kib = 0;
+  std::uint64_t ops = 0;  // allocation operations: malloc, calloc, realloc, free, new, delete
+  bool skipped = false;
+  std::string note;
+  std::vector<std::uint64_t> series_kib;  // churn: the peak RSS of each round
+  int passes = 0;
+};
+
+// Draws "what runs and how far it has got" on stderr, only when stderr is a terminal.
+class Progress {
+ public:
+  Progress();
+  ~Progress();
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+
+  void begin(const std::string& label, std::uint64_t total_units);
+  // Cheap enough to call every few hundred operations from many threads.
+  void advance(std::uint64_t units) {
+    if (enabled_) done_.fetch_add(units, std::memory_order_relaxed);
+  }
+  void end();
+
+ private:
+  void draw_loop();
+
+  bool enabled_ = false;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> active_{false};
+  std::atomic<std::uint64_t> done_{0};
+  std::atomic<std::uint64_t> total_{1};
+  std::string label_;  // written by begin() while active_ is false
+  std::atomic<int> label_version_{0};
+  std::thread drawer_;
+};
+
+class Recorder {
+ public:
+  // Runs body as one row: body returns its operation count; wall time, CPU time and peak RSS
+  // are measured around it.
+  void measure(const std::string& workload, int threads, const std::function<std::uint64_t()>& body,
+               std::string note = {});
+  void skip(const std::string& workload, const std::string& note);
+  // Adds a note or an RSS series to the most recent row of this workload.
+  Row& last_row(const std::string& workload, int threads);
+
+  const std::vector<Row>& rows() const { return rows_; }
+
+ private:
+  Row& find_or_add(const std::string& workload, int threads);
+  std::vector<Row> rows_;
+};
+
+struct Context {
+  const Options& options;
+  Recorder& recorder;
+  Progress& progress;
+
+  // An iteration count: `full` (the article's, or the workload's own default) scaled by
+  // --scale and never below `floor`; under --smoke without --scale, `smoke` instead.
+  std::uint64_t scaled(std::uint64_t full, std::uint64_t smoke, std::uint64_t floor = 1) const;
+  int threads() const { return options.threads; }
+};
+
+struct Workload {
+  const char* name;
+  void (*run)(Context&);
+  const char* summary;
+  bool in_mmtest;  // part of the default run and the `mmtest` alias
+  bool in_soak;    // part of --duration's default mix
+};
+
+// All workloads, in the order `all` runs them.
+const std::vector<Workload>& workloads();
+
+// Workload entry points (one file each).
+void run_small(Context&);
+void run_medium(Context&);
+void run_large(Context&);
+void run_strings(Context&);
+void run_prodcons(Context&);
+void run_larson(Context&);
+void run_churn(Context&);
+void run_realloc_chains(Context&);
+void run_brisk_api(Context&);
+
+// Process measurements (measure.cc).
+double wall_now_ms();
+double cpu_now_ms();              // user + system time of the whole process
+void reset_peak_rss();            // best effort: /proc/self/clear_refs
+std::uint64_t peak_rss_kib();     // VmHWM since the last reset (or VmRSS if no reset)
+std::uint64_t current_rss_kib();  // VmRSS
+std::uint64_t process_max_rss_kib();  // getrusage's ru_maxrss
+
+// Output (report.cc).
+void print_table(const std::vector<Row>& rows);
+bool write_json(const std::string& path, const Options& options, const std::vector<Row>& rows,
+                double ops_per_sec);
+double overall_ops_per_sec(const std::vector<Row>& rows);
+
+}  // namespace brisk::stress
+
+#endif  // BRISK_STRESS_SUITE_H
