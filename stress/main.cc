@@ -198,8 +198,11 @@ int main(int argc, char** argv) {
                  std::strerror(errno));
     return 2;
   }
-  std::printf("seed=%" PRIu64 " scale_pct=%g passes=%d process_peak_rss_kib=%" PRIu64 "\n",
-              options.seed, options.scale_pct, passes, process_max_rss_kib());
+  const std::string scale = options.smoke && !options.scale_given
+                                ? std::string("smoke")
+                                : std::to_string(options.scale_pct) + "%";
+  std::printf("seed=%" PRIu64 " scale=%s threads=%d passes=%d process_peak_rss_kib=%" PRIu64 "\n",
+              options.seed, scale.c_str(), options.threads, passes, process_max_rss_kib());
   std::printf("ops_per_sec=%.0f\n", ops_per_sec);
   return 0;
 }
