@@ -19,11 +19,10 @@
 #include <string>
 #include <vector>
 
+#ifdef BRISK_PROBE_STATIC
 // glibc 2.36 declares neither; brisk must define both (C23).
 extern "C" void free_sized(void* ptr, size_t size);
 extern "C" void free_aligned_sized(void* ptr, size_t alignment, size_t size);
-
-#ifdef BRISK_PROBE_STATIC
 extern "C" size_t brisk_usable_size(const void* ptr);
 #endif
 
@@ -48,6 +47,10 @@ size_t Opaque(size_t n) {
 
 using UsableSizeFn = size_t (*)(const void*);
 UsableSizeFn g_brisk_usable_size = nullptr;
+// free_sized and free_aligned_sized: glibc 2.36 has neither, so a program linked without brisk
+// finds them at run time.
+void (*g_free_sized)(void*, size_t) = nullptr;
+void (*g_free_aligned_sized)(void*, size_t, size_t) = nullptr;
 
 bool Aligned(const void* p, size_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }
 
@@ -126,11 +129,16 @@ void CheckResolution() {
   }
 #ifdef BRISK_PROBE_STATIC
   g_brisk_usable_size = &brisk_usable_size;
+  g_free_sized = &free_sized;
+  g_free_aligned_sized = &free_aligned_sized;
 #else
   g_brisk_usable_size = reinterpret_cast<UsableSizeFn>(dlsym(RTLD_DEFAULT, "brisk_usable_size"));
+  g_free_sized = reinterpret_cast<void (*)(void*, size_t)>(dlsym(RTLD_DEFAULT, "free_sized"));
+  g_free_aligned_sized = reinterpret_cast<void (*)(void*, size_t, size_t)>(dlsym(RTLD_DEFAULT, "free_aligned_sized"));
 #endif
-  if (g_brisk_usable_size == nullptr) {
-    fprintf(stderr, "FAIL: brisk_usable_size is not exported; cannot continue\n");
+  if (g_brisk_usable_size == nullptr || g_free_sized == nullptr || g_free_aligned_sized == nullptr) {
+    fprintf(stderr, "FAIL: brisk_usable_size, free_sized or free_aligned_sized is not defined; cannot continue\n");
+    fprintf(stderr, "override_probe: %d check(s) failed\n", g_failures + 1);
     exit(1);
   }
 }
@@ -204,7 +212,7 @@ void CheckMallocFamily() {
   for (size_t s : {size_t{24}, size_t{5000}, size_t{1} << 20}) {
     void* b = malloc(s);
     CheckBlock("malloc (for free_sized)", b, s, 16);
-    free_sized(b, s);
+    g_free_sized(b, s);
   }
 }
 
@@ -220,7 +228,7 @@ void CheckAlignedFamily() {
 
       p = aligned_alloc(Opaque(a), Opaque(s));
       CheckBlock("aligned_alloc", p, s, a);
-      free_aligned_sized(p, a, s);
+      g_free_aligned_sized(p, a, s);
 
       if (a >= sizeof(void*)) {
         p = nullptr;

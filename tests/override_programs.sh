@@ -21,13 +21,13 @@ case "$prog" in
 import hashlib, json
 h = hashlib.sha256()
 data = {}
-for i in range(200000):
+for i in range(100000):
     key = "k%d" % (i * 7919 % 100003)
     data.setdefault(key, []).append(str(i) * (i % 13))
     if i % 5 == 0:
         data.pop("k%d" % (i * 31 % 100003), None)
 rows = sorted((k, len(v), sum(len(s) for s in v)) for k, v in data.items())
-words = [("w%x" % (i * i)) * (1 + i % 40) for i in range(50000)]
+words = [("w%x" % (i * i)) * (1 + i % 40) for i in range(30000)]
 text = " ".join(words)
 big = [list(range(i % 300)) for i in range(20000)]
 h.update(json.dumps(rows).encode())

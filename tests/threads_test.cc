@@ -391,7 +391,9 @@ TEST(BriskThreads, ChunkMemoryReturnedAfterBigFrees) {
   const brisk_stats after = Stats();
   ASSERT_EQ(bad.load(), 0);
   const uint64_t total = uint64_t{kBytesPerThread} * kThreads;
-  ASSERT_GE(peak.chunk_bytes_mapped, before.chunk_bytes_mapped + total)
+  // 256 MiB of live small blocks need at least that much chunk memory (some of it may have
+  // been mapped before the test started, by earlier tests, and reused).
+  ASSERT_GE(peak.chunk_bytes_mapped, total)
       << "chunk_bytes_mapped did not count the " << total << " bytes of small blocks";
   // At least half of what the test added must be given back to the OS.
   EXPECT_LE(after.chunk_bytes_mapped, peak.chunk_bytes_mapped - total / 2)
