@@ -155,6 +155,12 @@ Options parse(int argc, char** argv) {
   return options;
 }
 
+std::string format_percent(double pct) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g%%", pct);
+  return text;
+}
+
 const Workload& find(const std::string& name) {
   for (const Workload& w : workloads())
     if (name == w.name) return w;
@@ -185,7 +191,8 @@ int main(int argc, char** argv) {
     do {
       for (const std::string& name : options.workloads) {
         find(name).run(ctx);
-        if (options.duration_s > 0 && wall_now_ms() - start >= options.duration_s * 1000) break;
+        // Soak mode: every workload runs at least once, then the clock decides.
+        if (passes > 0 && wall_now_ms() - start >= options.duration_s * 1000) break;
       }
       ++passes;
     } while (options.duration_s > 0 && wall_now_ms() - start < options.duration_s * 1000);
@@ -200,7 +207,7 @@ int main(int argc, char** argv) {
   }
   const std::string scale = options.smoke && !options.scale_given
                                 ? std::string("smoke")
-                                : std::to_string(options.scale_pct) + "%";
+                                : format_percent(options.scale_pct);
   std::printf("seed=%" PRIu64 " scale=%s threads=%d passes=%d process_peak_rss_kib=%" PRIu64 "\n",
               options.seed, scale.c_str(), options.threads, passes, process_max_rss_kib());
   std::printf("ops_per_sec=%.0f\n", ops_per_sec);

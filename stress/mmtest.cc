@@ -27,7 +27,7 @@ namespace {
 
 constexpr int kParallelIterations = 10;  // TParallel.For(1, 10, ...)
 constexpr int kBlocksPerIteration = 10;  // p: Array[1..10] of Pointer
-constexpr std::uint64_t kProgressBatch = 256;
+constexpr std::uint64_t kProgressBatch = 16;
 
 // MemoryTest(iCoeff): returns its allocation operation count.
 std::uint64_t memory_test(Context& ctx, const char* name, std::uint32_t task, std::size_t coeff,
