@@ -65,7 +65,7 @@ std::uint64_t step(Chain& chain, std::uint64_t base) {
 
 void run_realloc_chains(Context& ctx) {
   const int threads = ctx.threads();
-  const std::uint64_t steps_per_thread = ctx.scaled(20000, 1000, 200);
+  const std::uint64_t steps_per_thread = ctx.scaled(20000, 500, 200);
   const std::uint64_t base = workload_base(ctx.options.seed, kName);
   const std::size_t chain_count = static_cast<std::size_t>(threads) * kBuffersPerThread;
 
