@@ -222,7 +222,8 @@ TEST(BriskThreads, ThousandShortLivedThreads) {
   for (const Block& b : baton)
     if (!CheckAndFree(b, false)) bad++;
   EXPECT_EQ(bad.load(), 0);
-  EXPECT_GT(handed_over.load(), kThreads * 10L) << "blocks were not passed between threads";
+  // Each thread keeps a quarter of its blocks for later threads; most must have been taken.
+  EXPECT_GT(handed_over.load(), long{kThreads} * (kPerThread / 4) / 2) << "blocks were not passed between threads";
   const brisk_stats after = Stats();
   EXPECT_EQ(after.heaps_live, before.heaps_live) << "heaps of exited threads still counted live";
   // brisk.h: thread heaps "are recycled". With at most kWave threads alive at once, 1000
@@ -306,7 +307,7 @@ TEST(BriskThreads, ForkWhileOtherThreadsAllocate) {
         if (!CheckAndFree(b, false)) bad++;
     });
   }
-  const int kForks = 20;
+  const int kForks = 20 / kScale;  // 5 under sanitizers
   const auto kDeadline = std::chrono::seconds(20);
   for (int round = 0; round < kForks; ++round) {
     Rng rng(round);
