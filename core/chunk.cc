@@ -98,8 +98,15 @@ bool chunk_release_pages(Chunk* c, unsigned first, unsigned n) {
 }
 
 std::size_t chunk_purge(Chunk* c) {
-  std::uint64_t d = c->dirty_pages.load(std::memory_order_relaxed) &
-                    c->free_pages.load(std::memory_order_acquire);
+  // Claim the free dirty pages first, so that no thread growing a medium block in place can
+  // take one while it is being decommitted; give them back afterwards, clean.
+  std::uint64_t bits = c->free_pages.load(std::memory_order_acquire);
+  std::uint64_t d;
+  do {
+    d = bits & c->dirty_pages.load(std::memory_order_relaxed);
+    if (d == 0) return 0;
+  } while (!c->free_pages.compare_exchange_weak(bits, bits & ~d, std::memory_order_acquire,
+                                                std::memory_order_acquire));
   std::size_t bytes = 0;
   std::uint64_t rest = d;
   while (rest != 0) {
@@ -110,7 +117,8 @@ std::size_t chunk_purge(Chunk* c) {
     bytes += std::size_t{n} << kPageShift;
     rest &= ~run_mask(first, n);
   }
-  if (d != 0) c->dirty_pages.fetch_and(~d, std::memory_order_relaxed);
+  c->dirty_pages.fetch_and(~d, std::memory_order_relaxed);
+  c->free_pages.fetch_or(d, std::memory_order_release);
   return bytes;
 }
 

@@ -7,8 +7,9 @@
 // large blocks, so free() validates any pointer, even a stack address, with one load, and then
 // finds the chunk by masking: no lock, no hash map.
 //
-// Page ownership: only the chunk's page_owner heap claims pages (so a claim never races another
-// claim); any thread may release pages (an atomic OR), which is how spans come back.
+// Page ownership: only the chunk's page_owner heap searches it for new spans; any thread may
+// claim the pages right after a live medium block it is growing in place, and release pages (an
+// atomic OR), which is how spans come back. Claims are compare-and-swaps on one word.
 #pragma once
 
 #include <atomic>
@@ -64,11 +65,12 @@ BRISK_ALWAYS_INLINE Chunk* chunk_of(std::uintptr_t p) {
 
 // Claims n consecutive free pages (page_owner only). Returns the first page index, or 0.
 unsigned chunk_claim_pages(Chunk* c, unsigned n);
-// Claims exactly pages [first, first+n) if all are free (page_owner only): in-place growth.
+// Claims exactly pages [first, first+n) if all are free: in-place growth of a live block, by
+// any thread (the block keeps the chunk from being freed meanwhile).
 bool chunk_claim_pages_at(Chunk* c, unsigned first, unsigned n);
 // Returns pages to the chunk. True if the chunk has become entirely free.
 bool chunk_release_pages(Chunk* c, unsigned first, unsigned n);
-// Gives the resident memory of free pages back to the OS (page_owner only). Returns bytes.
+// Gives the resident memory of free pages back to the OS. Returns bytes.
 std::size_t chunk_purge(Chunk* c);
 
 // A new chunk, owned by `owner`, from the chunk cache or the OS. nullptr when out of memory.

@@ -100,8 +100,7 @@ void* realloc_impl(void* p, std::size_t size) {
     return move_block(p, usable, size);
   }
   if (s != nullptr) {  // medium: grow into or shrink from the neighbouring pages
-    if (size > kSmallMax && size <= kMediumMax && s->owner.load(std::memory_order_relaxed) == t_heap &&
-        medium_resize_in_place(t_heap, s, size))
+    if (size > kSmallMax && size <= kMediumMax && medium_resize_in_place(s, size))
       return p;
     if (size <= usable && size > kSmallMax) return p;
     return move_block(p, usable, size);

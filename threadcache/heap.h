@@ -36,6 +36,7 @@ struct OutgoingBatch {
   Block* head = nullptr;
   Block* tail = nullptr;
   std::uint32_t count = 0;
+  std::size_t bytes = 0;
 };
 
 class alignas(BRISK_CACHELINE) Heap {
@@ -113,9 +114,10 @@ void heap_process_blocks(Heap* h, Block* chain);  // blocks sent to h, linked th
 void drain_orphans();
 void heap_collect(Heap* h);            // brisk_thread_collect
 void heap_release_span(Heap* h, Span* s);
+void heap_unlink_span(Heap* h, Span* s);  // from h's list of all its spans
 void* alloc_medium(Heap* h, std::size_t size);
-// In-place resize of a medium block owned by h. False if it must move.
-bool medium_resize_in_place(Heap* h, Span* s, std::size_t new_size);
+// In-place resize of a medium block. False if it must move.
+bool medium_resize_in_place(Span* s, std::size_t new_size);
 void process_init();
 
 }  // namespace brisk

@@ -88,16 +88,16 @@ void heap_detach(Heap* h) {
   Block* b = h->incoming.close();
   for (unsigned c = 0; c < kNumClasses; ++c) h->current[c] = &g_empty_span;
   heap_process_blocks(h, b);
-  for (Span* s = h->all_spans; s != nullptr;) {
-    Span* next = s->all_next;
+  // Take spans from the head each time: releasing one unlinks it, and an orphaned span must
+  // leave the list before another heap can adopt it.
+  while (Span* s = h->all_spans) {
     if (s->listed) h->available[s->size_class].remove(s);
     if (s->used == 0) {
       heap_release_span(h, s);
     } else {
-      s->all_prev = s->all_next = nullptr;
+      heap_unlink_span(h, s);
       orphan_span(s);
     }
-    s = next;
   }
   h->all_spans = nullptr;
   for (Chunk* c = h->chunks; c != nullptr;) {
