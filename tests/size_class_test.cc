@@ -1,4 +1,5 @@
 #include "core/size_class.h"
+#include "core/span.h"
 
 #include <gtest/gtest.h>
 

@@ -156,7 +156,12 @@ BRISK_EXPORT size_t brisk_usable_size(const void* p) { return usable_size_impl(p
 
 BRISK_EXPORT void brisk_thread_collect(void) {
   Heap* h = t_heap;
-  if (h != &g_sentinel_heap) heap_collect(h);
+  if (h != &g_sentinel_heap) {
+    heap_collect(h);
+  } else {
+    drain_orphans();
+    large_cache_flush();
+  }
 }
 
 BRISK_EXPORT void brisk_get_stats(brisk_stats* out) {
