@@ -247,8 +247,8 @@ void write_svg(std::ostream& out, const Plan& plan, const std::vector<WorkloadRe
   out << "<text x=\"10\" y=\"20\" font-size=\"15\" font-weight=\"bold\">Wall time relative to " << xml_escape(base)
       << " (median of " << plan.pairs << " paired runs, " << format("%.0f", plan.bootstrap.confidence * 100)
       << "% bootstrap interval)</text>\n";
-  out << "<text x=\"10\" y=\"38\" fill=\"#444\">Left of 1: faster than " << xml_escape(base) << ". Right of 1: slower. "
-      << xml_escape(context.date) << "</text>\n";
+  out << "<text x=\"10\" y=\"38\" fill=\"#444\">Orange, left of 1: faster than " << xml_escape(base)
+      << ". Blue, right of 1: slower. Whiskers: the interval. " << xml_escape(context.date) << "</text>\n";
   const int plot_bottom = height - 45;
   for (double e = log_low; e <= log_high + 1e-9; e += 1.0) {
     const double ratio = std::exp2(e);
