@@ -28,10 +28,12 @@ constexpr std::uint64_t run_mask(unsigned first, unsigned n) {
 SpinLock g_cache_lock;
 Chunk* g_cache_head = nullptr;
 std::size_t g_cache_count = 0;
+std::atomic<std::size_t> g_cache_nonempty{0};  // g_cache_count, readable without the lock
 
 // Chunks whose page owner exited.
 SpinLock g_abandoned_lock;
 Chunk* g_abandoned_head = nullptr;
+std::atomic<std::size_t> g_abandoned_count{0};  // readable without the lock
 
 void list_push(Chunk*& head, Chunk* c) {
   c->prev = nullptr;
@@ -47,12 +49,13 @@ void list_remove(Chunk*& head, Chunk* c) {
 
 void init_header(Chunk* c, Heap* owner) {
   // Field by field: the span descriptors must be zero (kind kUnused, owner null) so a free of a
-  // pointer into an unused page is caught; page_head all zero maps every page to spans[0].
+  // pointer into an unused page is caught; every page maps to spans[0] until a span takes it.
   std::memset(static_cast<void*>(c), 0, sizeof(Chunk));
   c->magic = kChunkMagic;
   c->free_pages.store(kAllPagesFree, std::memory_order_relaxed);
   c->dirty_pages.store(0, std::memory_order_relaxed);
   c->page_owner.store(owner, std::memory_order_relaxed);
+  for (auto& s : c->page_span) s = &c->spans[0];
 }
 
 }  // namespace
@@ -90,7 +93,7 @@ bool chunk_claim_pages_at(Chunk* c, unsigned first, unsigned n) {
 
 bool chunk_release_pages(Chunk* c, unsigned first, unsigned n) {
   std::uint64_t m = run_mask(first, n);
-  for (unsigned i = first; i < first + n; ++i) c->page_head[i] = 0;
+  for (unsigned i = first; i < first + n; ++i) c->page_span[i] = &c->spans[0];
   // Dirty before free: chunk_purge only decommits pages it sees both free and dirty.
   c->dirty_pages.fetch_or(m, std::memory_order_relaxed);
   std::uint64_t before = c->free_pages.fetch_or(m, std::memory_order_release);
@@ -124,12 +127,12 @@ std::size_t chunk_purge(Chunk* c) {
 
 Chunk* chunk_create(Heap* owner) {
   Chunk* c = nullptr;
-  if (g_cache_head != nullptr) {
+  if (g_cache_nonempty.load(std::memory_order_relaxed) != 0) {
     LockGuard g(g_cache_lock);
     c = g_cache_head;
     if (c != nullptr) {
       list_remove(g_cache_head, c);
-      --g_cache_count;
+      g_cache_nonempty.store(--g_cache_count, std::memory_order_relaxed);
     }
   }
   if (c == nullptr) {
@@ -150,7 +153,7 @@ void chunk_destroy(Chunk* c) {
     if (g_cache_count < limit) {
       c->page_owner.store(nullptr, std::memory_order_relaxed);
       list_push(g_cache_head, c);
-      ++g_cache_count;
+      g_cache_nonempty.store(++g_cache_count, std::memory_order_relaxed);
       return;
     }
   }
@@ -167,6 +170,7 @@ void chunk_abandon(Chunk* c) {
     if (c->free_pages.load(std::memory_order_acquire) != kAllPagesFree) {
       c->abandoned = true;
       list_push(g_abandoned_head, c);
+      g_abandoned_count.fetch_add(1, std::memory_order_relaxed);
       return;
     }
   }
@@ -174,12 +178,13 @@ void chunk_abandon(Chunk* c) {
 }
 
 Chunk* chunk_adopt(Heap* new_owner) {
-  if (__atomic_load_n(&g_abandoned_head, __ATOMIC_RELAXED) == nullptr) return nullptr;
+  if (g_abandoned_count.load(std::memory_order_relaxed) == 0) return nullptr;
   LockGuard g(g_abandoned_lock);
   for (Chunk* c = g_abandoned_head; c != nullptr; c = c->next) {
     if (c->free_pages.load(std::memory_order_relaxed) != 0) {
       list_remove(g_abandoned_head, c);
       c->abandoned = false;
+      g_abandoned_count.fetch_sub(1, std::memory_order_relaxed);
       c->page_owner.store(new_owner, std::memory_order_release);
       return c;
     }
@@ -194,6 +199,7 @@ void chunk_release_if_abandoned_and_empty(Chunk* c) {
     if (c->free_pages.load(std::memory_order_acquire) != kAllPagesFree) return;
     list_remove(g_abandoned_head, c);
     c->abandoned = false;
+    g_abandoned_count.fetch_sub(1, std::memory_order_relaxed);
   }
   chunk_destroy(c);
 }

@@ -1,5 +1,6 @@
 #include "core/large.h"
 
+#include <atomic>
 #include <cstring>
 
 #include "core/chunk.h"
@@ -25,6 +26,7 @@ struct CacheEntry {
 SpinLock g_lock;
 CacheEntry g_cache[kCacheEntries];
 unsigned g_cache_used = 0;
+std::atomic<unsigned> g_cache_entries{0};  // g_cache_used, readable without the lock
 std::size_t g_cache_bytes = 0;
 
 std::size_t round_up(std::size_t n, std::size_t a) { return (n + a - 1) & ~(a - 1); }
@@ -41,7 +43,7 @@ void placement(std::size_t alignment, std::size_t* offset, std::size_t* map_alig
 }
 
 char* cache_take(std::size_t need) {
-  if (g_cache_used == 0) return nullptr;
+  if (g_cache_entries.load(std::memory_order_relaxed) == 0) return nullptr;
   LockGuard g(g_lock);
   int best = -1;
   for (unsigned i = 0; i < g_cache_used; ++i) {
@@ -54,6 +56,7 @@ char* cache_take(std::size_t need) {
   char* base = g_cache[best].base;
   std::size_t size = g_cache[best].size;
   g_cache[best] = g_cache[--g_cache_used];
+  g_cache_entries.store(g_cache_used, std::memory_order_relaxed);
   g_cache_bytes -= size;
   stats::add(stats::g.large_bytes_cached, -static_cast<std::int64_t>(size));
   // The caller expects exactly `need` bytes mapped: give the tail back.
@@ -70,6 +73,7 @@ bool cache_put(char* base, std::size_t size) {
   LockGuard g(g_lock);
   if (g_cache_used == kCacheEntries || g_cache_bytes + size > limit) return false;
   g_cache[g_cache_used++] = CacheEntry{base, size};
+  g_cache_entries.store(g_cache_used, std::memory_order_relaxed);
   g_cache_bytes += size;
   stats::add(stats::g.large_bytes_cached, static_cast<std::int64_t>(size));
   return true;
@@ -185,6 +189,7 @@ void large_cache_flush() {
     stats::add(stats::g.large_bytes_cached, -static_cast<std::int64_t>(e.size));
   }
   g_cache_bytes = 0;
+  g_cache_entries.store(0, std::memory_order_relaxed);
 }
 
 void large_locks_acquire() { g_lock.lock(); }

@@ -102,7 +102,7 @@ Span* span_create(Heap* h, unsigned pages) {
   s->free = nullptr;
   s->listed = false;
   s->prev = s->next = nullptr;
-  for (unsigned i = first; i < first + pages; ++i) ch->page_head[i] = static_cast<std::uint8_t>(first);
+  for (unsigned i = first; i < first + pages; ++i) ch->page_span[i] = s;
   return s;
 }
 
@@ -360,7 +360,7 @@ bool medium_resize_in_place(Span* s, std::size_t new_size) {
   // Any thread may grow a live block it holds: the geometry is read by others only once the
   // block is freed, and the page claim is a compare-and-swap.
   if (!chunk_claim_pages_at(ch, s->first_page + pages, want - pages)) return false;
-  for (unsigned i = s->first_page + pages; i < s->first_page + want; ++i) ch->page_head[i] = s->first_page;
+  for (unsigned i = s->first_page + pages; i < s->first_page + want; ++i) ch->page_span[i] = s;
   set_medium_geometry(s, want);
   return true;
 }
