@@ -11,7 +11,8 @@ namespace brisk::options {
 enum class Id : unsigned {
   kThreadCacheBytes,  // BRISK_THREAD_CACHE_BYTES: empty-span bytes a thread keeps for reuse
   kChunkCache,        // BRISK_CHUNK_CACHE: empty 4 MiB chunks kept mapped (decommitted) process-wide
-  kLargeCacheBytes,   // BRISK_LARGE_CACHE_BYTES: bytes of freed large blocks kept for reuse
+  kLargeCacheBytes,   // BRISK_LARGE_CACHE_BYTES: address space of freed large blocks kept for reuse
+  kLargeDirtyBytes,   // BRISK_LARGE_DIRTY_BYTES: of which kept with their pages resident
   kPurgeBytes,        // BRISK_PURGE_BYTES: a thread's free dirty pages before it returns them to the OS
   kCount
 };

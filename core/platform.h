@@ -30,6 +30,9 @@ bool remap_in_place(void* p, std::size_t old_size, std::size_t new_size);
 // new_size that this call replaces) and resizes them to new_size, without copying data.
 bool remap_to(void* old_p, std::size_t old_size, void* target, std::size_t new_size);
 
+// Bytes of [p, p+size) currently resident (mincore), counted in windows on the stack.
+std::size_t resident_bytes(void* p, std::size_t size);
+
 // getenv without malloc: scans the process environment. nullptr if unset.
 const char* get_env(const char* name);
 void write_stderr(const char* text, std::size_t length);

@@ -69,6 +69,24 @@ void decommit(void* p, std::size_t size) {
   stats::g.os_decommit_calls.fetch_add(1, std::memory_order_relaxed);
 }
 
+std::size_t resident_bytes(void* p, std::size_t size) {
+  // One vector byte per page; 4096 of them cover 16 MiB per call. mincore only reads page
+  // tables: unlike madvise or munmap it flushes no TLB, which in a VM costs an interrupt to
+  // every other CPU.
+  unsigned char vec[4096];
+  std::size_t resident = 0;
+  char* c = static_cast<char*>(p);
+  for (std::size_t done = 0; done < size;) {
+    std::size_t window = size - done;
+    if (window > sizeof vec * kOsPageSize) window = sizeof vec * kOsPageSize;
+    if (mincore(c + done, window, vec) != 0) return size;  // unknown: assume all resident
+    std::size_t pages = window / kOsPageSize;
+    for (std::size_t i = 0; i < pages; ++i) resident += vec[i] & 1;
+    done += window;
+  }
+  return resident * kOsPageSize;
+}
+
 bool remap_in_place(void* p, std::size_t old_size, std::size_t new_size) {
   void* r = mremap(p, old_size, new_size, 0);
   return r != MAP_FAILED;
