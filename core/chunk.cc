@@ -60,13 +60,23 @@ void init_header(Chunk* c, Heap* owner) {
 
 }  // namespace
 
+// Bit i set: pages i .. i+n-1 are all set in bits.
+std::uint64_t run_starts(std::uint64_t bits, unsigned n) {
+  std::uint64_t starts = bits;
+  for (unsigned j = 1; j < n && starts != 0; ++j) starts &= bits >> j;
+  return starts;
+}
+
 unsigned chunk_claim_pages(Chunk* c, unsigned n) {
   std::uint64_t bits = c->free_pages.load(std::memory_order_acquire);
   for (;;) {
-    std::uint64_t starts = bits;  // bit i set: pages i .. i+n-1 are all free
-    for (unsigned j = 1; j < n && starts != 0; ++j) starts &= bits >> j;
+    std::uint64_t starts = run_starts(bits, n);
     if (starts == 0) return 0;
-    unsigned first = static_cast<unsigned>(__builtin_ctzll(starts));
+    // Prefer a run of pages freed recently and not purged: they are resident (often in cache),
+    // where fresh pages cost a page fault each. Measured on MMtest's strings test (10 threads):
+    // taking the lowest free run instead faulted twice as often as jemalloc.
+    std::uint64_t hot = run_starts(bits & c->dirty_pages.load(std::memory_order_relaxed), n);
+    unsigned first = static_cast<unsigned>(__builtin_ctzll(hot != 0 ? hot : starts));
     std::uint64_t m = run_mask(first, n);
     // Only releases race with us (we are the page owner): retry on their updates.
     if (c->free_pages.compare_exchange_weak(bits, bits & ~m, std::memory_order_acquire,
