@@ -67,17 +67,25 @@ std::uint64_t run_starts(std::uint64_t bits, unsigned n) {
   return starts;
 }
 
-unsigned chunk_claim_pages(Chunk* c, unsigned n) {
+bool chunk_has_resident_run(Chunk* c, unsigned n) {
+  std::uint64_t bits = c->free_pages.load(std::memory_order_relaxed);
+  return run_starts(bits & c->dirty_pages.load(std::memory_order_relaxed), n) != 0;
+}
+
+unsigned chunk_claim_pages(Chunk* c, unsigned n, bool* zeroed) {
   std::uint64_t bits = c->free_pages.load(std::memory_order_acquire);
   for (;;) {
     std::uint64_t starts = run_starts(bits, n);
     if (starts == 0) return 0;
-    // Prefer a run of pages freed recently and not purged: they are resident (often in cache),
-    // where fresh pages cost a page fault each. Measured on MMtest's strings test (10 threads):
-    // taking the lowest free run instead faulted twice as often as jemalloc.
-    std::uint64_t hot = run_starts(bits & c->dirty_pages.load(std::memory_order_relaxed), n);
-    unsigned first = static_cast<unsigned>(__builtin_ctzll(hot != 0 ? hot : starts));
+    // A run of pages freed recently and not purged is resident (often in cache), where fresh
+    // pages cost a page fault each, and the kernel zeroes them: a fault costs more than the
+    // memset calloc then needs (measured on the producer/consumer workload: preferring zero
+    // pages for calloc faulted 47,000 times against 20,000 for tcmalloc).
+    std::uint64_t dirty = c->dirty_pages.load(std::memory_order_relaxed);
+    std::uint64_t preferred = run_starts(bits & dirty, n);
+    unsigned first = static_cast<unsigned>(__builtin_ctzll(preferred != 0 ? preferred : starts));
     std::uint64_t m = run_mask(first, n);
+    if (zeroed != nullptr) *zeroed = (dirty & m) == 0;
     // Only releases race with us (we are the page owner): retry on their updates.
     if (c->free_pages.compare_exchange_weak(bits, bits & ~m, std::memory_order_acquire,
                                             std::memory_order_acquire)) {
@@ -110,13 +118,13 @@ bool chunk_release_pages(Chunk* c, unsigned first, unsigned n) {
   return (before | m) == kAllPagesFree;
 }
 
-std::size_t chunk_purge(Chunk* c) {
+std::size_t chunk_purge(Chunk* c, std::uint64_t only) {
   // Claim the free dirty pages first, so that no thread growing a medium block in place can
   // take one while it is being decommitted; give them back afterwards, clean.
   std::uint64_t bits = c->free_pages.load(std::memory_order_acquire);
   std::uint64_t d;
   do {
-    d = bits & c->dirty_pages.load(std::memory_order_relaxed);
+    d = bits & c->dirty_pages.load(std::memory_order_relaxed) & only;
     if (d == 0) return 0;
   } while (!c->free_pages.compare_exchange_weak(bits, bits & ~d, std::memory_order_acquire,
                                                 std::memory_order_acquire));

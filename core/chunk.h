@@ -49,6 +49,7 @@ struct Chunk {
   Chunk* next;                              // in the page owner's list, or a global list
   Chunk* prev;
   bool abandoned;                           // on the abandoned list (under its lock)
+  std::uint64_t aged;                       // free dirty pages at the page owner's last purge check
   Span* page_span[kPagesPerChunk];         // page -> its span; &spans[0] (never used): no span
   Span spans[kPagesPerChunk];              // descriptor of the span starting at page i; [0] unused
 
@@ -66,14 +67,18 @@ BRISK_ALWAYS_INLINE Chunk* chunk_of(std::uintptr_t p) {
 }
 
 // Claims n consecutive free pages (page_owner only). Returns the first page index, or 0.
-unsigned chunk_claim_pages(Chunk* c, unsigned n);
+// Prefers pages still resident from an earlier use; *zeroed, if given, tells whether all n
+// read as zeros (never used since the chunk was mapped, or purged).
+unsigned chunk_claim_pages(Chunk* c, unsigned n, bool* zeroed = nullptr);
+// True if the chunk has a free run of n pages that are still resident.
+bool chunk_has_resident_run(Chunk* c, unsigned n);
 // Claims exactly pages [first, first+n) if all are free: in-place growth of a live block, by
 // any thread (the block keeps the chunk from being freed meanwhile).
 bool chunk_claim_pages_at(Chunk* c, unsigned first, unsigned n);
 // Returns pages to the chunk. True if the chunk has become entirely free.
 bool chunk_release_pages(Chunk* c, unsigned first, unsigned n);
 // Gives the resident memory of free pages back to the OS. Returns bytes.
-std::size_t chunk_purge(Chunk* c);
+std::size_t chunk_purge(Chunk* c, std::uint64_t only = ~std::uint64_t{0});
 
 // A new chunk, owned by `owner`, from the chunk cache or the OS. nullptr when out of memory.
 Chunk* chunk_create(Heap* owner);

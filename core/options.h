@@ -13,7 +13,8 @@ enum class Id : unsigned {
   kChunkCache,        // BRISK_CHUNK_CACHE: empty 4 MiB chunks kept mapped (decommitted) process-wide
   kLargeCacheBytes,   // BRISK_LARGE_CACHE_BYTES: address space of freed large blocks kept for reuse
   kLargeDirtyBytes,   // BRISK_LARGE_DIRTY_BYTES: of which kept with their pages resident
-  kPurgeBytes,        // BRISK_PURGE_BYTES: a thread's free dirty pages before it returns them to the OS
+  kPurgeBytes,        // BRISK_PURGE_BYTES: span bytes a thread releases between purge checks
+  kPurgeDelayMs,      // BRISK_PURGE_DELAY_MS: how long a free page stays resident unused before purge
   kCount
 };
 

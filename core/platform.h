@@ -33,6 +33,9 @@ bool remap_to(void* old_p, std::size_t old_size, void* target, std::size_t new_s
 // Bytes of [p, p+size) currently resident (mincore), counted in windows on the stack.
 std::size_t resident_bytes(void* p, std::size_t size);
 
+// A coarse monotonic clock in milliseconds (vDSO, no system call): for purge decay only.
+std::uint64_t now_ms();
+
 // getenv without malloc: scans the process environment. nullptr if unset.
 const char* get_env(const char* name);
 void write_stderr(const char* text, std::size_t length);

@@ -87,6 +87,12 @@ std::size_t resident_bytes(void* p, std::size_t size) {
   return resident * kOsPageSize;
 }
 
+std::uint64_t now_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000 + static_cast<std::uint64_t>(ts.tv_nsec) / 1000000;
+}
+
 bool remap_in_place(void* p, std::size_t old_size, std::size_t new_size) {
   void* r = mremap(p, old_size, new_size, 0);
   return r != MAP_FAILED;

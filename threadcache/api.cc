@@ -63,8 +63,7 @@ void* alloc_big(std::size_t size, std::size_t alignment, bool zero) {
   if (size <= kMediumMax && alignment <= kPageSize) {
     Heap* h = t_heap;
     if (h == &g_sentinel_heap) h = heap_for_this_thread();
-    p = h != nullptr ? alloc_medium(h, size) : nullptr;
-    if (p != nullptr && zero) std::memset(p, 0, size);
+    p = h != nullptr ? alloc_medium(h, size, zero) : nullptr;
   } else {
     p = large_alloc(size, alignment, zero);
   }

@@ -6,6 +6,7 @@
 #include "core/central_pool.h"
 #include "core/large.h"
 #include "core/options.h"
+#include "core/platform.h"
 #include "core/report.h"
 #include "core/stats.h"
 
@@ -69,22 +70,27 @@ void chunk_list_remove(Heap* h, Chunk* c) {
 }
 
 // Pages for a new span: this heap's chunks first, then an abandoned chunk, then a new one.
-Span* span_create(Heap* h, unsigned pages) {
+Span* span_create(Heap* h, unsigned pages, bool* zeroed = nullptr) {
   Chunk* ch = nullptr;
   unsigned first = 0;
-  for (Chunk* c = h->chunks; c != nullptr; c = c->next) {
-    if (c->free_pages.load(std::memory_order_relaxed) == 0) continue;
-    first = chunk_claim_pages(c, pages);
-    if (first != 0) {
-      ch = c;
-      break;
+  // Two passes: first a chunk with a run of resident pages, then any run. Taking fresh pages in the newest chunk while older chunks held
+  // resident free pages made the producer/consumer workload fault and purge in a cycle.
+  for (int pass = 0; pass < 2 && ch == nullptr; ++pass) {
+    for (Chunk* c = h->chunks; c != nullptr; c = c->next) {
+      if (c->free_pages.load(std::memory_order_relaxed) == 0) continue;
+      if (pass == 0 && !chunk_has_resident_run(c, pages)) continue;
+      first = chunk_claim_pages(c, pages, zeroed);
+      if (first != 0) {
+        ch = c;
+        break;
+      }
     }
   }
   if (ch == nullptr) {
     Chunk* c = chunk_adopt(h);
     if (c != nullptr) {
       chunk_list_push(h, c);
-      first = chunk_claim_pages(c, pages);
+      first = chunk_claim_pages(c, pages, zeroed);
       if (first != 0) ch = c;
     }
   }
@@ -92,7 +98,7 @@ Span* span_create(Heap* h, unsigned pages) {
     Chunk* c = chunk_create(h);
     if (c == nullptr) return nullptr;
     chunk_list_push(h, c);
-    first = chunk_claim_pages(c, pages);
+    first = chunk_claim_pages(c, pages, zeroed);
     ch = c;
   }
   Span* s = &ch->spans[first];
@@ -144,28 +150,36 @@ void release_span_pages(Span* s) {
   if (chunk_release_pages(ch, first, count)) chunk_release_if_abandoned_and_empty(ch);
 }
 
-// Returns the resident memory of this heap's free pages to the OS, and whole empty chunks
-// beyond one spare to the chunk cache, once its chunks hold more than `keep` bytes of free
-// dirty pages. Pages freed and soon claimed again stay resident: decommitting on every release
-// made the realloc-chain stress workload spend a third of its time in madvise and page faults.
+// Returns to the OS the resident memory of free pages that stayed unused for at least
+// BRISK_PURGE_DELAY_MS: at each check (every BRISK_PURGE_BYTES of span releases, so an idle
+// thread costs nothing) it purges the pages that were free and dirty at the previous check and
+// still are, if that check is old enough. A page freed and claimed again in between is spared,
+// so the pages a steady workload keeps reusing stay resident. This is jemalloc's decay, with
+// the clock read only at checks: no background thread. Whole empty chunks beyond one spare go
+// to the chunk cache. keep == 0 (brisk_thread_collect) purges everything at once.
+// Measured on the producer/consumer workload: purging every free dirty page past a byte
+// threshold cost 1985 madvise calls and a third of the run in refaults; aging by bytes alone
+// (no clock) still left madvise at 21% of the profile.
 void heap_purge(Heap* h, std::size_t keep) {
   h->released_since_purge = 0;
-  std::size_t dirty = 0;
-  for (Chunk* c = h->chunks; c != nullptr; c = c->next) {
-    std::uint64_t d = c->dirty_pages.load(std::memory_order_relaxed) &
-                      c->free_pages.load(std::memory_order_relaxed);
-    dirty += static_cast<std::size_t>(__builtin_popcountll(d)) << kPageShift;
-  }
-  if (dirty <= keep) return;
+  std::uint64_t now = platform::now_ms();
+  auto delay = static_cast<std::uint64_t>(options::get(options::Id::kPurgeDelayMs));
+  bool age = keep == 0 || now - h->aged_at_ms >= delay;
+  if (!age) return;
+  h->aged_at_ms = now;
   bool kept_spare = false;
   for (Chunk* c = h->chunks; c != nullptr;) {
     Chunk* next = c->next;
+    std::uint64_t free_dirty = c->dirty_pages.load(std::memory_order_relaxed) &
+                               c->free_pages.load(std::memory_order_acquire);
     if (c->free_pages.load(std::memory_order_acquire) == kAllPagesFree && kept_spare) {
       chunk_list_remove(h, c);
       chunk_destroy(c);
     } else {
       kept_spare |= c->free_pages.load(std::memory_order_relaxed) == kAllPagesFree;
-      chunk_purge(c);
+      std::uint64_t stale = keep == 0 ? free_dirty : free_dirty & c->aged;
+      if (stale != 0) chunk_purge(c, stale);
+      c->aged = free_dirty & ~stale;
     }
     c = next;
   }
@@ -331,10 +345,11 @@ BRISK_NOINLINE void* alloc_refill(Heap* h, unsigned c) {
   return b;
 }
 
-void* alloc_medium(Heap* h, std::size_t size) {
+void* alloc_medium(Heap* h, std::size_t size, bool zero) {
   unsigned pages = static_cast<unsigned>((size + kPageSize - 1) >> kPageShift);
   if (!h->incoming.empty()) heap_drain_incoming(h);
-  Span* s = span_create(h, pages);
+  bool zeroed = false;
+  Span* s = span_create(h, pages, &zeroed);
   if (s == nullptr) return nullptr;
   set_medium_geometry(s, pages);
   s->used = 1;
@@ -343,7 +358,11 @@ void* alloc_medium(Heap* h, std::size_t size) {
   s->owner.store(h, std::memory_order_release);
   all_link(h, s);
   auto* b = reinterpret_cast<Block*>(s->start);
-  b->key = 0;
+  if (zero && !zeroed) {
+    std::memset(b, 0, size);
+  } else {
+    b->key = 0;
+  }
   return b;
 }
 

@@ -59,7 +59,8 @@ class alignas(BRISK_CACHELINE) Heap {
   Span* all_spans = nullptr;    // every span this heap owns (for thread exit)
   Chunk* chunks = nullptr;      // chunks this heap claims pages from
   OutgoingBatch outgoing[kRemoteSlots];
-  std::size_t released_since_purge = 0;  // bytes of spans released since the last purge
+  std::size_t released_since_purge = 0;  // bytes of spans released since the last purge check
+  std::uint64_t aged_at_ms = 0;          // when the chunks' `aged` sets were taken
   Heap* pool_next = nullptr;
   std::uint32_t id = 0;
 };
@@ -115,7 +116,7 @@ void drain_orphans();
 void heap_collect(Heap* h);            // brisk_thread_collect
 void heap_release_span(Heap* h, Span* s);
 void heap_unlink_span(Heap* h, Span* s);  // from h's list of all its spans
-void* alloc_medium(Heap* h, std::size_t size);
+void* alloc_medium(Heap* h, std::size_t size, bool zero);  // zero: calloc
 // In-place resize of a medium block. False if it must move.
 bool medium_resize_in_place(Span* s, std::size_t new_size);
 void process_init();

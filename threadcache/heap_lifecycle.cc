@@ -70,6 +70,7 @@ void heap_reset(Heap* h) {
   h->chunks = nullptr;
   for (auto& o : h->outgoing) o = OutgoingBatch{};
   h->released_since_purge = 0;
+  h->aged_at_ms = 0;
   h->pool_next = nullptr;
   h->incoming.reopen();
 }
