@@ -72,7 +72,7 @@ void chunk_list_remove(Heap* h, Chunk* c) {
 }
 
 // Pages for a new span: this heap's chunks first, then an abandoned chunk, then a new one.
-Span* span_create(Heap* h, unsigned pages, bool medium = false, bool* zeroed = nullptr) {
+Span* span_create(Heap* h, unsigned pages, bool* zeroed = nullptr) {
   Chunk* ch = nullptr;
   unsigned first = 0;
   // Two passes: first a chunk with a run of resident pages, then any run. Taking fresh pages in the newest chunk while older chunks held
@@ -81,7 +81,7 @@ Span* span_create(Heap* h, unsigned pages, bool medium = false, bool* zeroed = n
     for (Chunk* c = h->chunks; c != nullptr; c = c->next) {
       if (c->free_pages.load(std::memory_order_relaxed) == 0) continue;
       if (pass == 0 && !chunk_has_resident_run(c, pages)) continue;
-      first = chunk_claim_pages(c, pages, medium, zeroed);
+      first = chunk_claim_pages(c, pages, zeroed);
       if (first != 0) {
         ch = c;
         break;
@@ -92,7 +92,7 @@ Span* span_create(Heap* h, unsigned pages, bool medium = false, bool* zeroed = n
     Chunk* c = chunk_adopt(h);
     if (c != nullptr) {
       chunk_list_push(h, c);
-      first = chunk_claim_pages(c, pages, medium, zeroed);
+      first = chunk_claim_pages(c, pages, zeroed);
       if (first != 0) ch = c;
     }
   }
@@ -100,7 +100,7 @@ Span* span_create(Heap* h, unsigned pages, bool medium = false, bool* zeroed = n
     Chunk* c = chunk_create(h);
     if (c == nullptr) return nullptr;
     chunk_list_push(h, c);
-    first = chunk_claim_pages(c, pages, medium, zeroed);
+    first = chunk_claim_pages(c, pages, zeroed);
     ch = c;
   }
   Span* s = &ch->spans[first];
@@ -351,7 +351,7 @@ void* alloc_medium(Heap* h, std::size_t size, bool zero) {
   unsigned pages = static_cast<unsigned>((size + kPageSize - 1) >> kPageShift);
   if (!h->incoming.empty()) heap_drain_incoming(h);
   bool zeroed = false;
-  Span* s = span_create(h, pages, true, &zeroed);
+  Span* s = span_create(h, pages, &zeroed);
   if (s == nullptr) return nullptr;
   set_medium_geometry(s, pages);
   s->used = 1;
