@@ -69,8 +69,7 @@ BRISK_ALWAYS_INLINE Chunk* chunk_of(std::uintptr_t p) {
 // Claims n consecutive free pages (page_owner only). Returns the first page index, or 0.
 // Prefers pages still resident from an earlier use; *zeroed, if given, tells whether all n
 // read as zeros (never used since the chunk was mapped, or purged).
-// from_top: take the highest fitting run (medium blocks) rather than the lowest (small spans).
-unsigned chunk_claim_pages(Chunk* c, unsigned n, bool from_top = false, bool* zeroed = nullptr);
+unsigned chunk_claim_pages(Chunk* c, unsigned n, bool* zeroed = nullptr);
 // True if the chunk has a free run of n pages that are still resident.
 bool chunk_has_resident_run(Chunk* c, unsigned n);
 // Claims exactly pages [first, first+n) if all are free: in-place growth of a live block, by
