@@ -232,6 +232,23 @@ void process_owned_block(Heap* h, Block* b) {
   if (--s->used == 0 || old == nullptr) free_local_adjust(h, s);
 }
 
+// A thread freeing into a span whose owner exited takes the span over (one lock round-trip)
+// instead of sending each block through the orphan queue (one lock round-trip per block): the
+// Larson pattern, where a thread inherits its predecessor's blocks, then frees locally.
+bool adopt_orphan_span(Heap* h, Span* s) {
+  CentralPool& pool = g_central[central_index(s)];
+  {
+    LockGuard g(pool.lock);
+    if (s->owner.load(std::memory_order_relaxed) != &g_orphan_heap) return false;
+    if (s->listed) pool.remove(s);
+    s->owner.store(h, std::memory_order_release);
+    stats::add(stats::g.spans_orphaned, -1);
+  }
+  all_link(h, s);
+  if (s->kind == SpanKind::kSmall && s->has_room()) h->available[s->size_class].push(s);
+  return true;
+}
+
 void process_orphan_block(Block* b) {
   auto a = reinterpret_cast<std::uintptr_t>(b);
   Span* s = chunk_of(a)->span_of(a);
@@ -415,6 +432,14 @@ BRISK_NOINLINE void free_slow(void* p) {
   b->key = key;
   if (h == nullptr) {
     send_chain(owner, b, b);  // no heap (out of memory for one): send it alone
+    return;
+  }
+  if (owner == &g_orphan_heap && adopt_orphan_span(h, s)) {
+    // The span is ours now: this free, and the next ones into it, are local.
+    Block* old = s->free;
+    b->next = old;
+    s->free = b;
+    if (--s->used == 0 || old == nullptr) free_local_adjust(h, s);
     return;
   }
   outgoing_add(h, owner, b, s->block_size);
