@@ -120,6 +120,65 @@ bool chunk_release_pages(Chunk* c, unsigned first, unsigned n) {
   return (before | m) == kAllPagesFree;
 }
 
+namespace {
+
+// Decommits the pages in mask (runs of them, one madvise each). Returns bytes.
+std::size_t decommit_pages(Chunk* c, std::uint64_t mask) {
+  std::size_t bytes = 0;
+  std::uint64_t rest = mask;
+  while (rest != 0) {
+    unsigned first = static_cast<unsigned>(__builtin_ctzll(rest));
+    unsigned n = static_cast<unsigned>(__builtin_ctzll(~(rest >> first)));
+    if (first + n > 64) n = 64 - first;
+    platform::decommit(c->page_address(first), std::size_t{n} << kPageShift);
+    bytes += std::size_t{n} << kPageShift;
+    rest &= ~run_mask(first, n);
+  }
+  return bytes;
+}
+
+// Every live chunk (not the cached ones), so that a heap whose own chunks are full can use the
+// free pages of others' before mapping a new chunk. Destroying a chunk takes this lock, so a
+// chunk seen here stays mapped while the lock is held.
+SpinLock g_registry_lock;
+Chunk* g_registry_head = nullptr;
+constexpr unsigned kMaxRegistryScan = 128;
+
+void registry_add(Chunk* c) {
+  LockGuard g(g_registry_lock);
+  c->reg_prev = nullptr;
+  c->reg_next = g_registry_head;
+  if (g_registry_head != nullptr) g_registry_head->reg_prev = c;
+  g_registry_head = c;
+}
+
+void registry_remove_locked(Chunk* c) {
+  if (c->reg_prev != nullptr) c->reg_prev->reg_next = c->reg_next; else g_registry_head = c->reg_next;
+  if (c->reg_next != nullptr) c->reg_next->reg_prev = c->reg_prev;
+  c->reg_next = c->reg_prev = nullptr;
+}
+
+}  // namespace
+
+Chunk* chunk_claim_shared(Heap* h, unsigned n, bool resident_only, unsigned* first, bool* zeroed) {
+  LockGuard g(g_registry_lock);
+  for (int pass = resident_only ? 0 : 1; pass < 2; ++pass) {
+    unsigned scanned = 0;
+    for (Chunk* c = g_registry_head; c != nullptr && scanned < kMaxRegistryScan; c = c->reg_next, ++scanned) {
+      if (c->page_owner.load(std::memory_order_relaxed) == h) continue;
+      if (pass == 0 ? !chunk_has_resident_run(c, n)
+                    : run_starts(c->free_pages.load(std::memory_order_relaxed), n) == 0)
+        continue;
+      unsigned f = chunk_claim_pages(c, n, zeroed);
+      if (f != 0) {
+        *first = f;
+        return c;
+      }
+    }
+  }
+  return nullptr;
+}
+
 std::size_t chunk_purge(Chunk* c, std::uint64_t only) {
   // Claim the free dirty pages first, so that no thread growing a medium block in place can
   // take one while it is being decommitted; give them back afterwards, clean.
@@ -130,16 +189,7 @@ std::size_t chunk_purge(Chunk* c, std::uint64_t only) {
     if (d == 0) return 0;
   } while (!c->free_pages.compare_exchange_weak(bits, bits & ~d, std::memory_order_acquire,
                                                 std::memory_order_acquire));
-  std::size_t bytes = 0;
-  std::uint64_t rest = d;
-  while (rest != 0) {
-    unsigned first = static_cast<unsigned>(__builtin_ctzll(rest));
-    unsigned n = static_cast<unsigned>(__builtin_ctzll(~(rest >> first)));
-    if (first + n > 64) n = 64 - first;
-    platform::decommit(c->page_address(first), std::size_t{n} << kPageShift);
-    bytes += std::size_t{n} << kPageShift;
-    rest &= ~run_mask(first, n);
-  }
+  std::size_t bytes = decommit_pages(c, d);
   c->dirty_pages.fetch_and(~d, std::memory_order_relaxed);
   c->free_pages.fetch_or(d, std::memory_order_release);
   return bytes;
@@ -162,39 +212,60 @@ Chunk* chunk_create(Heap* owner) {
     region_set(reinterpret_cast<std::uintptr_t>(c), kRegionChunk);
   }
   init_header(c, owner);
+  registry_add(c);
   return c;
 }
 
-void chunk_destroy(Chunk* c) {
+bool chunk_destroy(Chunk* c) {
+  {
+    // Take every page at once: fails if another heap claimed some since the caller saw the
+    // chunk empty (chunk_claim_shared), and then the chunk lives on.
+    LockGuard g(g_registry_lock);
+    std::uint64_t expected = kAllPagesFree;
+    if (!c->free_pages.compare_exchange_strong(expected, 0, std::memory_order_acq_rel)) return false;
+    registry_remove_locked(c);
+  }
   std::size_t limit = static_cast<std::size_t>(options::get(options::Id::kChunkCache));
   if (limit > 0) {
-    chunk_purge(c);  // cached chunks hold no resident pages but their header
+    // Cached chunks hold no resident pages but their header.
+    decommit_pages(c, c->dirty_pages.load(std::memory_order_relaxed) & kAllPagesFree);
+    c->dirty_pages.store(0, std::memory_order_relaxed);
     LockGuard g(g_cache_lock);
     if (g_cache_count < limit) {
       c->page_owner.store(nullptr, std::memory_order_relaxed);
       list_push(g_cache_head, c);
       g_cache_nonempty.store(++g_cache_count, std::memory_order_relaxed);
-      return;
+      return true;
     }
   }
   region_set(reinterpret_cast<std::uintptr_t>(c), kRegionNone);
   c->magic = 0;
   platform::unmap(c, kChunkSize);
   stats::add(stats::g.chunks_mapped, -1);
+  return true;
 }
+
+namespace {
+void abandoned_push_locked(Chunk* c) {
+  c->abandoned = true;
+  list_push(g_abandoned_head, c);
+  g_abandoned_count.fetch_add(1, std::memory_order_relaxed);
+}
+}  // namespace
 
 void chunk_abandon(Chunk* c) {
   {
     LockGuard g(g_abandoned_lock);
     c->page_owner.store(nullptr, std::memory_order_release);
     if (c->free_pages.load(std::memory_order_acquire) != kAllPagesFree) {
-      c->abandoned = true;
-      list_push(g_abandoned_head, c);
-      g_abandoned_count.fetch_add(1, std::memory_order_relaxed);
+      abandoned_push_locked(c);
       return;
     }
   }
-  chunk_destroy(c);
+  if (!chunk_destroy(c)) {
+    LockGuard g(g_abandoned_lock);
+    abandoned_push_locked(c);
+  }
 }
 
 Chunk* chunk_adopt(Heap* new_owner) {
@@ -221,19 +292,25 @@ void chunk_release_if_abandoned_and_empty(Chunk* c) {
     c->abandoned = false;
     g_abandoned_count.fetch_sub(1, std::memory_order_relaxed);
   }
-  chunk_destroy(c);
+  if (!chunk_destroy(c)) {
+    LockGuard g(g_abandoned_lock);
+    abandoned_push_locked(c);
+  }
 }
 
 void chunk_locks_acquire() {
   g_abandoned_lock.lock();
+  g_registry_lock.lock();
   g_cache_lock.lock();
 }
 void chunk_locks_release() {
   g_cache_lock.unlock();
+  g_registry_lock.unlock();
   g_abandoned_lock.unlock();
 }
 void chunk_locks_reset_in_child() {
   g_cache_lock.reset_after_fork();
+  g_registry_lock.reset_after_fork();
   g_abandoned_lock.reset_after_fork();
 }
 

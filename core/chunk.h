@@ -7,9 +7,11 @@
 // large blocks, so free() validates any pointer, even a stack address, with one load, and then
 // finds the chunk by masking: no lock, no hash map.
 //
-// Page ownership: only the chunk's page_owner heap searches it for new spans; any thread may
-// claim the pages right after a live medium block it is growing in place, and release pages (an
-// atomic OR), which is how spans come back. Claims are compare-and-swaps on one word.
+// Page ownership: a chunk's page_owner heap searches it first for new spans and manages its
+// purging; other heaps claim its free pages only when their own chunks are full
+// (chunk_claim_shared), and any thread may claim the pages right after a live medium block it
+// grows in place. Releases are an atomic OR. Claims are compare-and-swaps on one word, so any
+// number of claimers is safe; destroying a chunk takes all its pages with one CAS first.
 #pragma once
 
 #include <atomic>
@@ -50,6 +52,8 @@ struct Chunk {
   Chunk* prev;
   bool abandoned;                           // on the abandoned list (under its lock)
   std::uint64_t aged;                       // free dirty pages at the page owner's last purge check
+  Chunk* reg_next;                          // the registry of live chunks (chunk.cc)
+  Chunk* reg_prev;
   Span* page_span[kPagesPerChunk];         // page -> its span; &spans[0] (never used): no span
   Span spans[kPagesPerChunk];              // descriptor of the span starting at page i; [0] unused
 
@@ -82,8 +86,13 @@ std::size_t chunk_purge(Chunk* c, std::uint64_t only = ~std::uint64_t{0});
 
 // A new chunk, owned by `owner`, from the chunk cache or the OS. nullptr when out of memory.
 Chunk* chunk_create(Heap* owner);
-// An empty chunk goes back to the cache (decommitted) or to the OS.
-void chunk_destroy(Chunk* c);
+// An empty chunk goes back to the cache (decommitted) or to the OS. False (and nothing done) if
+// another heap claimed pages in it meanwhile.
+bool chunk_destroy(Chunk* c);
+// Claims n pages in a live chunk whose page owner is not h, resident pages first: a heap whose
+// own chunks are full uses the free pages of others' before mapping a new chunk.
+// resident_only: only runs of pages still resident.
+Chunk* chunk_claim_shared(Heap* h, unsigned n, bool resident_only, unsigned* first, bool* zeroed);
 
 // Chunks whose page owner exited. Another heap adopts one before mapping a new chunk.
 void chunk_abandon(Chunk* c);

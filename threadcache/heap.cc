@@ -71,23 +71,25 @@ void chunk_list_remove(Heap* h, Chunk* c) {
   c->next = c->prev = nullptr;
 }
 
-// Pages for a new span: this heap's chunks first, then an abandoned chunk, then a new one.
-Span* span_create(Heap* h, unsigned pages, bool* zeroed = nullptr) {
+// Pages for a new span, from the first of: resident free pages in this heap's chunks, then in
+// other heaps' chunks; an abandoned chunk (adopted); any free pages in this heap's chunks, then
+// in others'; a new chunk. Resident pages first everywhere: a page fault costs about 12 us here,
+// and per-thread chunks alone left the realloc-chain workload with 140 MB resident against
+// tcmalloc's 83 MB, 50 MB of it free pages that only their own heap would reuse.
+Chunk* claim_pages_for_span(Heap* h, unsigned pages, unsigned* first_out, bool* zeroed) {
   Chunk* ch = nullptr;
   unsigned first = 0;
-  // Two passes: first a chunk with a run of resident pages, then any run. Taking fresh pages in the newest chunk while older chunks held
-  // resident free pages made the producer/consumer workload fault and purge in a cycle.
-  for (int pass = 0; pass < 2 && ch == nullptr; ++pass) {
+  auto claim_own = [&](bool resident_only) {
     for (Chunk* c = h->chunks; c != nullptr; c = c->next) {
       if (c->free_pages.load(std::memory_order_relaxed) == 0) continue;
-      if (pass == 0 && !chunk_has_resident_run(c, pages)) continue;
+      if (resident_only && !chunk_has_resident_run(c, pages)) continue;
       first = chunk_claim_pages(c, pages, zeroed);
-      if (first != 0) {
-        ch = c;
-        break;
-      }
+      if (first != 0) return c;
     }
-  }
+    return static_cast<Chunk*>(nullptr);
+  };
+  ch = claim_own(true);
+  if (ch == nullptr) ch = chunk_claim_shared(h, pages, true, &first, zeroed);
   if (ch == nullptr) {
     Chunk* c = chunk_adopt(h);
     if (c != nullptr) {
@@ -96,13 +98,26 @@ Span* span_create(Heap* h, unsigned pages, bool* zeroed = nullptr) {
       if (first != 0) ch = c;
     }
   }
+  if (ch == nullptr) ch = claim_own(false);
+  if (ch == nullptr) ch = chunk_claim_shared(h, pages, false, &first, zeroed);
   if (ch == nullptr) {
     Chunk* c = chunk_create(h);
     if (c == nullptr) return nullptr;
     chunk_list_push(h, c);
+    // The new chunk is visible to other heaps already; in the rare case they took its pages,
+    // the caller tries again.
     first = chunk_claim_pages(c, pages, zeroed);
-    ch = c;
+    if (first != 0) ch = c;
   }
+  *first_out = first;
+  return ch;
+}
+
+Span* span_create(Heap* h, unsigned pages, bool* zeroed = nullptr) {
+  unsigned first = 0;
+  Chunk* ch = nullptr;
+  for (int attempt = 0; attempt < 4 && ch == nullptr; ++attempt) ch = claim_pages_for_span(h, pages, &first, zeroed);
+  if (ch == nullptr) return nullptr;
   Span* s = &ch->spans[first];
   s->first_page = static_cast<std::uint8_t>(first);
   s->page_count = static_cast<std::uint8_t>(pages);
@@ -176,7 +191,7 @@ void heap_purge(Heap* h, std::size_t keep) {
                                c->free_pages.load(std::memory_order_acquire);
     if (c->free_pages.load(std::memory_order_acquire) == kAllPagesFree && kept_spare) {
       chunk_list_remove(h, c);
-      chunk_destroy(c);
+      if (!chunk_destroy(c)) chunk_list_push(h, c);  // another heap took pages in it just now
     } else {
       kept_spare |= c->free_pages.load(std::memory_order_relaxed) == kAllPagesFree;
       std::uint64_t stale = keep == 0 ? free_dirty : free_dirty & c->aged;
