@@ -82,6 +82,17 @@ void* calloc_big(std::size_t count, std::size_t size) {
 
 void* realloc_impl(void* p, std::size_t size) {
   if (p == nullptr) return malloc_inline(size);
+  // Fast path: a small block of this thread's, to a small size (MMtest's small test is this).
+  Heap* h = t_heap;
+  if (Span* s = own_span_of(h, p); s != nullptr && s->kind == SpanKind::kSmall && size - 1 < kSmallMax) {
+    std::size_t usable = s->block_size;
+    if (size <= usable && size > usable / 2) return p;
+    void* q = alloc_small(h, size_to_class(size));
+    if (q == nullptr) return nullptr;  // errno is set; p is intact
+    std::memcpy(q, p, usable < size ? usable : size);
+    free_to_own_span(h, s, static_cast<Block*>(p), g_free_secret ^ reinterpret_cast<std::uintptr_t>(p));
+    return q;
+  }
   if (size > static_cast<std::size_t>(PTRDIFF_MAX)) {
     errno = ENOMEM;
     return nullptr;

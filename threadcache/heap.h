@@ -86,6 +86,15 @@ BRISK_ALWAYS_INLINE void* alloc_small(Heap* h, unsigned c) {
   return b;
 }
 
+// Pushes a validated block on the free list of its span, which h owns.
+BRISK_ALWAYS_INLINE void free_to_own_span(Heap* h, Span* s, Block* b, std::uintptr_t key) {
+  Block* old = s->free;
+  b->next = old;
+  b->key = key;
+  s->free = b;
+  if (BRISK_UNLIKELY(--s->used == 0 || old == nullptr)) free_local_adjust(h, s);
+}
+
 // Fast path: must hold to stay here: p is in a brisk chunk, its span is owned by this thread's
 // heap, p is the start of a carved block, and the block does not carry the free key (not
 // already free). The span leaves the fast path when it becomes empty or stops being full.
@@ -100,11 +109,20 @@ BRISK_ALWAYS_INLINE void free_fast(void* p) {
   if (BRISK_UNLIKELY(s->owner.load(std::memory_order_relaxed) != h || offset >= s->carved_bytes ||
                      !s->is_block_start(offset) || b->key == key))
     return free_slow(p);
-  Block* old = s->free;
-  b->next = old;
-  b->key = key;
-  s->free = b;
-  if (BRISK_UNLIKELY(--s->used == 0 || old == nullptr)) free_local_adjust(h, s);
+  free_to_own_span(h, s, b, key);
+}
+
+// The span of p if p is a valid live block of a span this heap owns (what free_fast checks),
+// else nullptr. For realloc's fast path.
+BRISK_ALWAYS_INLINE Span* own_span_of(Heap* h, const void* p) {
+  auto a = reinterpret_cast<std::uintptr_t>(p);
+  if (region_kind(a) != kRegionChunk) return nullptr;
+  Span* s = chunk_of(a)->span_of(a);
+  std::uintptr_t offset = a - reinterpret_cast<std::uintptr_t>(s->start);
+  if (s->owner.load(std::memory_order_relaxed) != h || offset >= s->carved_bytes ||
+      !s->is_block_start(offset) || static_cast<const Block*>(p)->key == (g_free_secret ^ a))
+    return nullptr;
+  return s;
 }
 
 // Slow-path helpers shared by heap.cc and heap_lifecycle.cc.
