@@ -16,7 +16,6 @@ struct Option {
 };
 
 constexpr Option kTable[] = {
-    {"BRISK_THREAD_CACHE_BYTES", 2 << 20, 0, std::int64_t{1} << 40},
     {"BRISK_CHUNK_CACHE", 8, 0, 4096},
     {"BRISK_LARGE_CACHE_BYTES", std::int64_t{4} << 30, 0, std::int64_t{1} << 44},
     {"BRISK_LARGE_DIRTY_BYTES", 64 << 20, 0, std::int64_t{1} << 44},
@@ -27,7 +26,7 @@ static_assert(sizeof kTable / sizeof kTable[0] == static_cast<unsigned>(Id::kCou
 
 constexpr std::int64_t kUnread = INT64_MIN;
 std::atomic<std::int64_t> g_values[static_cast<unsigned>(Id::kCount)] = {
-    kUnread, kUnread, kUnread, kUnread, kUnread, kUnread};
+    kUnread, kUnread, kUnread, kUnread, kUnread};
 
 // Parses a decimal number with an optional k/m/g suffix. Returns false on junk.
 bool parse(const char* s, std::int64_t* out) {

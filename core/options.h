@@ -9,7 +9,6 @@
 namespace brisk::options {
 
 enum class Id : unsigned {
-  kThreadCacheBytes,  // BRISK_THREAD_CACHE_BYTES: empty-span bytes a thread keeps for reuse
   kChunkCache,        // BRISK_CHUNK_CACHE: empty 4 MiB chunks kept mapped (decommitted) process-wide
   kLargeCacheBytes,   // BRISK_LARGE_CACHE_BYTES: address space of freed large blocks kept for reuse
   kLargeDirtyBytes,   // BRISK_LARGE_DIRTY_BYTES: of which kept with their pages resident
