@@ -1,5 +1,6 @@
 // Thread exit, orphaned spans in the central pools, and their adoption by other threads.
 #include <brisk/brisk.h>
+#include "tests/test_util.h"
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -12,12 +13,6 @@
 
 namespace brisk {
 namespace {
-
-brisk_stats stats_now() {
-  brisk_stats s{};
-  brisk_get_stats(&s);
-  return s;
-}
 
 Span* span_of(void* p) { return chunk_of(reinterpret_cast<std::uintptr_t>(p))->span_of(reinterpret_cast<std::uintptr_t>(p)); }
 
@@ -32,7 +27,7 @@ TEST(CentralPool, ExitedThreadsSpansAreOrphanedThenReclaimedByFrees) {
     }
   });
   owner.join();
-  brisk_stats after_exit = stats_now();
+  brisk_stats after_exit = brisk_test::Stats();
   EXPECT_GT(after_exit.spans_orphaned, 0u) << "the owner exited with live blocks: its spans are orphans";
   for (void* p : blocks)
     EXPECT_EQ(span_of(p)->owner.load(), &g_orphan_heap);
@@ -44,7 +39,7 @@ TEST(CentralPool, ExitedThreadsSpansAreOrphanedThenReclaimedByFrees) {
     brisk_free(c);
   }
   brisk_thread_collect();  // flushes this thread's batches and drains the orphan queue
-  EXPECT_EQ(stats_now().spans_orphaned, after_exit.spans_orphaned - (after_exit.spans_orphaned))
+  EXPECT_EQ(brisk_test::Stats().spans_orphaned, after_exit.spans_orphaned - (after_exit.spans_orphaned))
       << "every orphan span became empty and went back to its chunk";
 }
 
@@ -97,7 +92,7 @@ TEST(CentralPool, FreesRacingWithOwnerExitAreNeitherLostNorDoubled) {
     b.join();
   }
   brisk_thread_collect();
-  EXPECT_EQ(stats_now().spans_orphaned, 0u);
+  EXPECT_EQ(brisk_test::Stats().spans_orphaned, 0u);
 }
 
 }  // namespace

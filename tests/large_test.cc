@@ -1,5 +1,6 @@
 // Large blocks (mapping cache, mremap growth) and in-place realloc of medium blocks.
 #include <brisk/brisk.h>
+#include "tests/test_util.h"
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -11,25 +12,19 @@
 namespace brisk {
 namespace {
 
-brisk_stats stats_now() {
-  brisk_stats s{};
-  brisk_get_stats(&s);
-  return s;
-}
-
 TEST(LargeCache, AFreedMappingIsReusedForTheSameSize) {
   constexpr std::size_t kSize = 8 << 20;
   void* a = brisk_malloc(kSize);
   ASSERT_NE(a, nullptr);
   std::memset(a, 0x5A, kSize);
-  brisk_stats live = stats_now();
+  brisk_stats live = brisk_test::Stats();
   EXPECT_GE(live.large_live_blocks, 1u);
   brisk_free(a);
-  brisk_stats cached = stats_now();
+  brisk_stats cached = brisk_test::Stats();
   EXPECT_GE(cached.large_bytes_cached, kSize) << "the mapping went to the cache";
   void* b = brisk_malloc(kSize);
   EXPECT_EQ(b, a) << "same size, same mapping";
-  EXPECT_EQ(stats_now().os_map_calls, cached.os_map_calls) << "no new mmap";
+  EXPECT_EQ(brisk_test::Stats().os_map_calls, cached.os_map_calls) << "no new mmap";
   brisk_free(b);
   // calloc from the cache must still read zeros.
   auto* z = static_cast<unsigned char*>(brisk_calloc(1, kSize));
@@ -37,7 +32,7 @@ TEST(LargeCache, AFreedMappingIsReusedForTheSameSize) {
   for (std::size_t i = 0; i < kSize; i += 4096) ASSERT_EQ(z[i], 0) << i;
   brisk_free(z);
   brisk_thread_collect();
-  EXPECT_EQ(stats_now().large_bytes_cached, 0u) << "collect returns the cache to the OS";
+  EXPECT_EQ(brisk_test::Stats().large_bytes_cached, 0u) << "collect returns the cache to the OS";
 }
 
 TEST(LargeCache, ADoubleFreeOfALargeBlockIsReported) {

@@ -3,11 +3,21 @@
 #ifndef BRISK_TESTS_TEST_UTIL_H
 #define BRISK_TESTS_TEST_UTIL_H
 
+#include <brisk/brisk.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 
 namespace brisk_test {
+
+// brisk's process-wide counters now.
+inline brisk_stats Stats() {
+  brisk_stats s;
+  std::memset(&s, 0, sizeof s);
+  brisk_get_stats(&s);
+  return s;
+}
 
 // Sanitizer builds are 3-20x slower; CMake defines BRISK_TEST_SANITIZED there so counts shrink
 // and the suite stays within its time budget.

@@ -23,6 +23,7 @@
 namespace {
 
 using brisk_test::FirstMismatch;
+using brisk_test::Stats;
 using brisk_test::Fill;
 using brisk_test::kScale;
 using brisk_test::MixedSize;
@@ -47,13 +48,6 @@ bool CheckAndFree(const Block& b, bool sized) {
   if (sized) brisk_free_sized(b.p, b.size);
   else brisk_free(b.p);
   return true;
-}
-
-brisk_stats Stats() {
-  brisk_stats s;
-  std::memset(&s, 0, sizeof s);
-  brisk_get_stats(&s);
-  return s;
 }
 
 // Makes sure the calling thread (main) already has its heap, so baselines include it.
