@@ -203,6 +203,7 @@ Chunk* chunk_create(Heap* owner) {
     if (c != nullptr) {
       list_remove(g_cache_head, c);
       g_cache_nonempty.store(--g_cache_count, std::memory_order_relaxed);
+      stats::add(stats::g.chunks_cached, -1);
     }
   }
   if (c == nullptr) {
@@ -235,6 +236,7 @@ bool chunk_destroy(Chunk* c) {
       c->page_owner.store(nullptr, std::memory_order_relaxed);
       list_push(g_cache_head, c);
       g_cache_nonempty.store(++g_cache_count, std::memory_order_relaxed);
+      stats::add(stats::g.chunks_cached, 1);
       return true;
     }
   }

@@ -9,6 +9,7 @@ namespace brisk::stats {
 
 struct Counters {
   std::atomic<std::uint64_t> chunks_mapped{0};
+  std::atomic<std::uint64_t> chunks_cached{0};
   std::atomic<std::uint64_t> large_bytes_mapped{0};
   std::atomic<std::uint64_t> large_bytes_cached{0};
   std::atomic<std::uint64_t> large_live_blocks{0};

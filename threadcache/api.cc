@@ -189,6 +189,7 @@ BRISK_EXPORT void brisk_get_stats(brisk_stats* out) {
   out->heaps_live = rd(g.heaps_live);
   out->heaps_total = rd(g.heaps_total);
   out->spans_orphaned = rd(g.spans_orphaned);
+  out->chunk_bytes_cached = rd(g.chunks_cached) * kChunkSize;
 }
 
 }  // extern "C"

@@ -52,6 +52,7 @@ typedef struct brisk_stats {
   uint64_t heaps_live;          /* thread heaps attached to a running thread */
   uint64_t heaps_total;         /* thread heaps ever created (they are recycled) */
   uint64_t spans_orphaned;      /* spans held by the central pools without an owner */
+  uint64_t chunk_bytes_cached;  /* of chunk_bytes_mapped, empty chunks kept decommitted for reuse */
 } brisk_stats;
 
 void brisk_get_stats(brisk_stats* out);
