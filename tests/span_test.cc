@@ -1,0 +1,88 @@
+// Spans: the intrusive span list, lazy carving one OS page at a time, and a span's life in a
+// heap (handed out, used count, released to its chunk when its last block comes back).
+#include "core/span.h"
+
+#include <brisk/brisk.h>
+#include <gtest/gtest.h>
+
+#include <thread>
+#include <vector>
+
+#include "core/chunk.h"
+#include "core/config.h"
+#include "threadcache/heap.h"
+
+namespace brisk {
+namespace {
+
+Span* span_of(void* p) {
+  auto a = reinterpret_cast<std::uintptr_t>(p);
+  return chunk_of(a)->span_of(a);
+}
+
+TEST(SpanList, PushRemovePopKeepTheLinksAndCount) {
+  Span a, b, c;
+  SpanList l;
+  l.push(&a);
+  l.push(&b);
+  l.push(&c);
+  EXPECT_EQ(l.count, 3u);
+  EXPECT_TRUE(a.listed && b.listed && c.listed);
+  l.remove(&b);  // from the middle
+  EXPECT_FALSE(b.listed);
+  EXPECT_EQ(c.next, &a);
+  EXPECT_EQ(a.prev, &c);
+  EXPECT_EQ(l.pop(), &c);
+  EXPECT_EQ(l.pop(), &a);
+  EXPECT_EQ(l.pop(), nullptr);
+  EXPECT_EQ(l.count, 0u);
+}
+
+TEST(Span, CarvesOneOsPageAtATimeAndCountsUse) {
+  // A fresh thread: its first 48-byte block comes from a new span (or an orphan one) whose
+  // blocks are carved only up to the end of the OS page holding the next block.
+  std::thread([] {
+    void* first = brisk_malloc(48);
+    Span* s = span_of(first);
+    ASSERT_EQ(s->kind, SpanKind::kSmall);
+    EXPECT_EQ(s->block_size, 48u);
+    EXPECT_EQ(s->owner.load(), t_heap);
+    auto carved_end = reinterpret_cast<std::uintptr_t>(s->start) + s->carved_bytes;
+    auto first_page_end = (reinterpret_cast<std::uintptr_t>(first) | (kOsPageSize - 1)) + 1;
+    EXPECT_LE(carved_end, first_page_end + s->block_size) << "carving ran past the block's OS page";
+    std::uint32_t used_before = s->used;
+    std::vector<void*> more;
+    for (int i = 0; i < 200; ++i) more.push_back(brisk_malloc(48));  // 9600 bytes: three pages
+    EXPECT_EQ(s->used, used_before + 200u);
+    EXPECT_GE(s->carved_bytes, 200u * 48u);
+    for (void* p : more) EXPECT_EQ(span_of(p), s) << "one span serves the class until it is full";
+    for (void* p : more) brisk_free(p);
+    EXPECT_EQ(s->used, used_before);
+    brisk_free(first);
+  }).join();
+}
+
+TEST(Span, AFullSpanThatEmptiesGoesBackToItsChunk) {
+  std::thread([] {
+    // Fill more than one span of the 64 KiB class (8 blocks a span), so the first span is no
+    // longer the class's current span; emptying it releases its pages.
+    std::vector<void*> blocks;
+    for (int i = 0; i < 12; ++i) blocks.push_back(brisk_malloc(64 * 1024));
+    Span* first = span_of(blocks[0]);
+    Chunk* chunk = chunk_of(reinterpret_cast<std::uintptr_t>(first->start));
+    unsigned page = first->first_page;
+    std::vector<void*> in_first;
+    for (void* p : blocks)
+      if (span_of(p) == first) in_first.push_back(p);
+    ASSERT_EQ(in_first.size(), 8u);
+    ASSERT_NE(t_heap->current[kNumClasses - 1], first);
+    for (void* p : in_first) brisk_free(p);
+    EXPECT_EQ(chunk->page_span[page], &chunk->spans[0]) << "the emptied span's pages are free";
+    EXPECT_NE(chunk->free_pages.load() & (std::uint64_t{1} << page), 0u);
+    for (void* p : blocks)
+      if (span_of(p) != &chunk->spans[0]) brisk_free(p);
+  }).join();
+}
+
+}  // namespace
+}  // namespace brisk
