@@ -306,10 +306,30 @@ void heap_release_span(Heap* h, Span* s) {
   if (h->released_since_purge >= keep) heap_purge(h, keep);
 }
 
+// Keeps an emptied multi-page current span, and releases the span kept longest ago if it is
+// still empty (see kRetainedLargeSpans).
+void retain_empty_span(Heap* h, unsigned c) {
+  unsigned slot = h->retained_next;
+  h->retained_next = static_cast<std::uint8_t>((slot + 1) % kRetainedLargeSpans);
+  if (h->retained_valid & (1u << slot)) {
+    unsigned old = h->retained_classes[slot];
+    Span* s = h->current[old];
+    if (old != c && s != &g_empty_span && s->used == 0) {
+      h->current[old] = &g_empty_span;
+      heap_release_span(h, s);
+    }
+  }
+  h->retained_classes[slot] = static_cast<std::uint8_t>(c);
+  h->retained_valid |= 1u << slot;
+}
+
 void free_local_adjust(Heap* h, Span* s) {
   if (s->used == 0) {
     // Keep the class's current span even when empty: alloc/free ping-pong stays on the fast path.
-    if (s->kind == SpanKind::kSmall && h->current[s->size_class] == s) return;
+    if (s->kind == SpanKind::kSmall && h->current[s->size_class] == s) {
+      if (s->page_count > 1) retain_empty_span(h, s->size_class);
+      return;
+    }
     heap_release_span(h, s);
     return;
   }

@@ -60,6 +60,10 @@ class alignas(BRISK_CACHELINE) Heap {
   Chunk* chunks = nullptr;      // chunks this heap claims pages from
   OutgoingBatch outgoing[kRemoteSlots];
   std::size_t released_since_purge = 0;  // bytes of spans released since the last purge check
+  // Classes whose multi-page current span was kept when it emptied, oldest replaced first.
+  std::uint8_t retained_classes[kRetainedLargeSpans] = {};
+  std::uint32_t retained_valid = 0;      // bit i: retained_classes[i] holds a class
+  std::uint8_t retained_next = 0;
   std::uint64_t aged_at_ms = 0;          // when the chunks' `aged` sets were taken
   Heap* pool_next = nullptr;
   std::uint32_t id = 0;
