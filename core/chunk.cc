@@ -17,6 +17,19 @@ void region_set(std::uintptr_t p, std::uint8_t kind) {
   if (i < kRegionMapEntries) __atomic_store_n(&g_region_map[i], kind, __ATOMIC_RELEASE);
 }
 
+void chunk_list_push(Chunk*& head, Chunk* c) {
+  c->prev = nullptr;
+  c->next = head;
+  if (head != nullptr) head->prev = c;
+  head = c;
+}
+
+void chunk_list_remove(Chunk*& head, Chunk* c) {
+  if (c->prev != nullptr) c->prev->next = c->next; else head = c->next;
+  if (c->next != nullptr) c->next->prev = c->prev;
+  c->next = c->prev = nullptr;
+}
+
 namespace {
 
 constexpr std::uint64_t run_mask(unsigned first, unsigned n) {
@@ -34,18 +47,6 @@ std::atomic<std::size_t> g_cache_nonempty{0};  // g_cache_count, readable withou
 SpinLock g_abandoned_lock;
 Chunk* g_abandoned_head = nullptr;
 std::atomic<std::size_t> g_abandoned_count{0};  // readable without the lock
-
-void list_push(Chunk*& head, Chunk* c) {
-  c->prev = nullptr;
-  c->next = head;
-  if (head != nullptr) head->prev = c;
-  head = c;
-}
-void list_remove(Chunk*& head, Chunk* c) {
-  if (c->prev != nullptr) c->prev->next = c->next; else head = c->next;
-  if (c->next != nullptr) c->next->prev = c->prev;
-  c->next = c->prev = nullptr;
-}
 
 void init_header(Chunk* c, Heap* owner) {
   // Field by field: the span descriptors must be zero (kind kUnused, owner null) so a free of a
@@ -201,7 +202,7 @@ Chunk* chunk_create(Heap* owner) {
     LockGuard g(g_cache_lock);
     c = g_cache_head;
     if (c != nullptr) {
-      list_remove(g_cache_head, c);
+      chunk_list_remove(g_cache_head, c);
       g_cache_nonempty.store(--g_cache_count, std::memory_order_relaxed);
       stats::add(stats::g.chunks_cached, -1);
     }
@@ -234,7 +235,7 @@ bool chunk_destroy(Chunk* c) {
     LockGuard g(g_cache_lock);
     if (g_cache_count < limit) {
       c->page_owner.store(nullptr, std::memory_order_relaxed);
-      list_push(g_cache_head, c);
+      chunk_list_push(g_cache_head, c);
       g_cache_nonempty.store(++g_cache_count, std::memory_order_relaxed);
       stats::add(stats::g.chunks_cached, 1);
       return true;
@@ -250,7 +251,7 @@ bool chunk_destroy(Chunk* c) {
 namespace {
 void abandoned_push_locked(Chunk* c) {
   c->abandoned = true;
-  list_push(g_abandoned_head, c);
+  chunk_list_push(g_abandoned_head, c);
   g_abandoned_count.fetch_add(1, std::memory_order_relaxed);
 }
 }  // namespace
@@ -275,7 +276,7 @@ Chunk* chunk_adopt(Heap* new_owner) {
   LockGuard g(g_abandoned_lock);
   for (Chunk* c = g_abandoned_head; c != nullptr; c = c->next) {
     if (c->free_pages.load(std::memory_order_relaxed) != 0) {
-      list_remove(g_abandoned_head, c);
+      chunk_list_remove(g_abandoned_head, c);
       c->abandoned = false;
       g_abandoned_count.fetch_sub(1, std::memory_order_relaxed);
       c->page_owner.store(new_owner, std::memory_order_release);
@@ -290,7 +291,7 @@ void chunk_release_if_abandoned_and_empty(Chunk* c) {
     LockGuard g(g_abandoned_lock);
     if (!c->abandoned) return;
     if (c->free_pages.load(std::memory_order_acquire) != kAllPagesFree) return;
-    list_remove(g_abandoned_head, c);
+    chunk_list_remove(g_abandoned_head, c);
     c->abandoned = false;
     g_abandoned_count.fetch_sub(1, std::memory_order_relaxed);
   }

@@ -70,6 +70,10 @@ BRISK_ALWAYS_INLINE Chunk* chunk_of(std::uintptr_t p) {
   return reinterpret_cast<Chunk*>(p & ~kChunkMask);
 }
 
+// A list of chunks through next/prev: a heap's own chunks, the abandoned list, the cache.
+void chunk_list_push(Chunk*& head, Chunk* c);
+void chunk_list_remove(Chunk*& head, Chunk* c);
+
 // Claims n consecutive free pages (page_owner only). Returns the first page index, or 0.
 // Prefers pages still resident from an earlier use; *zeroed, if given, tells whether all n
 // read as zeros (never used since the chunk was mapped, or purged).

@@ -54,7 +54,7 @@ inline constexpr std::size_t kRemoteBatchBytes = 256 * 1024;
 // recreate spans every iteration.
 inline constexpr unsigned kRetainedLargeSpans = 16;
 
-static_assert(kRetainedLargeSpans <= 32, "Heap::retained_valid is a 32-bit mask");
+static_assert(kRetainedLargeSpans > 0 && kRetainedLargeSpans < 256, "Heap keeps the count in a byte");
 static_assert(kPagesPerChunk == 64, "the chunk's free-page set is one 64-bit word");
 static_assert(kSmallMax <= kMaxSmallSpanPages * kPageSize / 8,
               "a span of the largest small class must hold at least 8 blocks");

@@ -20,28 +20,13 @@ namespace {
 // Validates p (aborting with a report if brisk did not hand it out) and returns what the
 // caller may use. span_out/large_out say where it lives.
 std::size_t checked_usable(const void* p, Span** span_out, LargeHeader** large_out) {
-  auto a = reinterpret_cast<std::uintptr_t>(p);
-  std::uint8_t kind = region_kind(a);
-  *span_out = nullptr;
-  *large_out = nullptr;
-  if (kind == kRegionChunk) {
-    Span* s = chunk_of(a)->span_of(a);
-    std::uintptr_t offset = a - reinterpret_cast<std::uintptr_t>(s->start);
-    if (s->kind == SpanKind::kUnused || offset >= s->span_bytes || !s->is_block_start(offset))
-      fatal_pointer_error("invalid pointer", p, "not a block brisk handed out");
-    if (static_cast<const Block*>(p)->key == (g_free_secret ^ a))
-      fatal_pointer_error("use of freed block", p, nullptr);
-    *span_out = s;
-    return s->block_size;
-  }
-  if (kind == kRegionLarge || kind == kRegionLargeAtStart) {
-    LargeHeader* h = large_header_of(p, kind);
-    if (h != nullptr) {
-      *large_out = h;
-      return large_usable_size(p, h);
-    }
-  }
-  fatal_pointer_error("invalid pointer", p, "not a block brisk handed out");
+  BlockRef ref = checked_block(p, "invalid pointer");
+  *span_out = ref.span;
+  *large_out = ref.large;
+  if (ref.large != nullptr) return large_usable_size(p, ref.large);
+  if (static_cast<const Block*>(p)->key == (g_free_secret ^ reinterpret_cast<std::uintptr_t>(p)))
+    fatal_pointer_error("use of freed block", p, nullptr);
+  return ref.span->block_size;
 }
 
 void* move_block(void* p, std::size_t old_usable, std::size_t size) {

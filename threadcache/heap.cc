@@ -58,19 +58,6 @@ void heap_unlink_span(Heap* h, Span* s) {
 
 namespace {
 
-void chunk_list_push(Heap* h, Chunk* c) {
-  c->prev = nullptr;
-  c->next = h->chunks;
-  if (h->chunks != nullptr) h->chunks->prev = c;
-  h->chunks = c;
-}
-
-void chunk_list_remove(Heap* h, Chunk* c) {
-  if (c->prev != nullptr) c->prev->next = c->next; else h->chunks = c->next;
-  if (c->next != nullptr) c->next->prev = c->prev;
-  c->next = c->prev = nullptr;
-}
-
 // Pages for a new span, from the first of: resident free pages in this heap's chunks, then in
 // other heaps' chunks; an abandoned chunk (adopted); any free pages in this heap's chunks, then
 // in others'; a new chunk. Resident pages first everywhere: a page fault costs about 12 us here,
@@ -93,7 +80,7 @@ Chunk* claim_pages_for_span(Heap* h, unsigned pages, unsigned* first_out, bool* 
   if (ch == nullptr) {
     Chunk* c = chunk_adopt(h);
     if (c != nullptr) {
-      chunk_list_push(h, c);
+      chunk_list_push(h->chunks, c);
       first = chunk_claim_pages(c, pages, zeroed);
       if (first != 0) ch = c;
     }
@@ -103,7 +90,7 @@ Chunk* claim_pages_for_span(Heap* h, unsigned pages, unsigned* first_out, bool* 
   if (ch == nullptr) {
     Chunk* c = chunk_create(h);
     if (c == nullptr) return nullptr;
-    chunk_list_push(h, c);
+    chunk_list_push(h->chunks, c);
     // The new chunk is visible to other heaps already; in the rare case they took its pages,
     // the caller tries again.
     first = chunk_claim_pages(c, pages, zeroed);
@@ -187,13 +174,13 @@ void heap_purge(Heap* h, std::size_t keep) {
   bool kept_spare = false;
   for (Chunk* c = h->chunks; c != nullptr;) {
     Chunk* next = c->next;
-    std::uint64_t free_dirty = c->dirty_pages.load(std::memory_order_relaxed) &
-                               c->free_pages.load(std::memory_order_acquire);
-    if (c->free_pages.load(std::memory_order_acquire) == kAllPagesFree && kept_spare) {
-      chunk_list_remove(h, c);
-      if (!chunk_destroy(c)) chunk_list_push(h, c);  // another heap took pages in it just now
+    std::uint64_t free = c->free_pages.load(std::memory_order_acquire);
+    std::uint64_t free_dirty = free & c->dirty_pages.load(std::memory_order_relaxed);
+    if (free == kAllPagesFree && kept_spare) {
+      chunk_list_remove(h->chunks, c);
+      if (!chunk_destroy(c)) chunk_list_push(h->chunks, c);  // another heap took pages in it just now
     } else {
-      kept_spare |= c->free_pages.load(std::memory_order_relaxed) == kAllPagesFree;
+      kept_spare |= free == kAllPagesFree;
       std::uint64_t stale = keep == 0 ? free_dirty : free_dirty & c->aged;
       if (stale != 0) chunk_purge(c, stale);
       c->aged = free_dirty & ~stale;
@@ -241,10 +228,7 @@ void process_owned_block(Heap* h, Block* b) {
   }
   if (a - reinterpret_cast<std::uintptr_t>(s->start) >= s->carved_bytes)
     fatal_pointer_error("invalid free of", b, "never handed out");
-  Block* old = s->free;
-  b->next = old;
-  s->free = b;
-  if (--s->used == 0 || old == nullptr) free_local_adjust(h, s);
+  free_to_own_span(h, s, b, b->key);
 }
 
 // A thread freeing into a span whose owner exited takes the span over (one lock round-trip)
@@ -306,21 +290,27 @@ void heap_release_span(Heap* h, Span* s) {
   if (h->released_since_purge >= keep) heap_purge(h, keep);
 }
 
-// Keeps an emptied multi-page current span, and releases the span kept longest ago if it is
-// still empty (see kRetainedLargeSpans).
+// Keeps an emptied multi-page current span of class c. Past kRetainedLargeSpans classes, the
+// class kept longest ago gives its current span back if that is still empty. A class already
+// kept is not added again: recording every emptying (a first version did) made alloc/free
+// ping-pong over three classes release and recreate a span on each free.
 void retain_empty_span(Heap* h, unsigned c) {
+  if (h->retained[c]) return;
   unsigned slot = h->retained_next;
   h->retained_next = static_cast<std::uint8_t>((slot + 1) % kRetainedLargeSpans);
-  if (h->retained_valid & (1u << slot)) {
+  if (h->retained_count == kRetainedLargeSpans) {
     unsigned old = h->retained_classes[slot];
+    h->retained[old] = false;
     Span* s = h->current[old];
-    if (old != c && s != &g_empty_span && s->used == 0) {
+    if (s != &g_empty_span && s->used == 0) {
       h->current[old] = &g_empty_span;
       heap_release_span(h, s);
     }
+  } else {
+    ++h->retained_count;
   }
   h->retained_classes[slot] = static_cast<std::uint8_t>(c);
-  h->retained_valid |= 1u << slot;
+  h->retained[c] = true;
 }
 
 void free_local_adjust(Heap* h, Span* s) {
@@ -392,11 +382,7 @@ BRISK_NOINLINE void* alloc_refill(Heap* h, unsigned c) {
       if (s->free == nullptr) carve(s);
     }
   }
-  Block* b = s->free;
-  s->free = b->next;
-  s->used++;
-  b->key = 0;
-  return b;
+  return alloc_small(h, c);  // the current span has a free block now
 }
 
 void* alloc_medium(Heap* h, std::size_t size, bool zero) {
@@ -438,22 +424,33 @@ bool medium_resize_in_place(Span* s, std::size_t new_size) {
   return true;
 }
 
+BlockRef checked_block(const void* p, const char* what) {
+  auto a = reinterpret_cast<std::uintptr_t>(p);
+  std::uint8_t kind = region_kind(a);
+  if (kind == kRegionChunk) {
+    Span* s = chunk_of(a)->span_of(a);
+    if (s->kind == SpanKind::kUnused) fatal_pointer_error(what, p, "not a block brisk handed out");
+    std::uintptr_t offset = a - reinterpret_cast<std::uintptr_t>(s->start);
+    if (offset >= s->span_bytes || !s->is_block_start(offset))
+      fatal_pointer_error(what, p, "points inside a block, not at its start");
+    return BlockRef{s, nullptr};
+  }
+  if (kind == kRegionLarge || kind == kRegionLargeAtStart) {
+    if (LargeHeader* lh = large_header_of(p, kind)) return BlockRef{nullptr, lh};
+    fatal_pointer_error(what, p, "not the start of a block brisk handed out");
+  }
+  fatal_pointer_error(what, p, "not a block brisk handed out");
+}
+
 BRISK_NOINLINE void free_slow(void* p) {
   if (p == nullptr) return;
   auto a = reinterpret_cast<std::uintptr_t>(p);
-  std::uint8_t kind = region_kind(a);
-  if (kind == kRegionLarge || kind == kRegionLargeAtStart) {
-    LargeHeader* lh = large_header_of(p, kind);
-    if (lh == nullptr) fatal_pointer_error("invalid free of", p, "not the start of a block brisk handed out");
-    large_free(p, lh);
+  BlockRef ref = checked_block(p, "invalid free of");
+  if (ref.large != nullptr) {
+    large_free(p, ref.large);
     return;
   }
-  if (kind != kRegionChunk) fatal_pointer_error("invalid free of", p, "not a block brisk handed out");
-  Span* s = chunk_of(a)->span_of(a);
-  if (s->kind == SpanKind::kUnused) fatal_pointer_error("invalid free of", p, "not a block brisk handed out");
-  std::uintptr_t offset = a - reinterpret_cast<std::uintptr_t>(s->start);
-  if (offset >= s->span_bytes || !s->is_block_start(offset))
-    fatal_pointer_error("invalid free of", p, "points inside a block, not at its start");
+  Span* s = ref.span;
   auto* b = static_cast<Block*>(p);
   std::uintptr_t key = g_free_secret ^ a;
   if (b->key == key) fatal_pointer_error("double free of", p, nullptr);
@@ -471,10 +468,7 @@ BRISK_NOINLINE void free_slow(void* p) {
   }
   if (owner == &g_orphan_heap && adopt_orphan_span(h, s)) {
     // The span is ours now: this free, and the next ones into it, are local.
-    Block* old = s->free;
-    b->next = old;
-    s->free = b;
-    if (--s->used == 0 || old == nullptr) free_local_adjust(h, s);
+    free_to_own_span(h, s, b, key);
     return;
   }
   outgoing_add(h, owner, b, s->block_size);

@@ -60,9 +60,11 @@ class alignas(BRISK_CACHELINE) Heap {
   Chunk* chunks = nullptr;      // chunks this heap claims pages from
   OutgoingBatch outgoing[kRemoteSlots];
   std::size_t released_since_purge = 0;  // bytes of spans released since the last purge check
-  // Classes whose multi-page current span was kept when it emptied, oldest replaced first.
+  // Classes whose multi-page current span was kept when it emptied, oldest replaced first,
+  // each class at most once (retained[c]).
   std::uint8_t retained_classes[kRetainedLargeSpans] = {};
-  std::uint32_t retained_valid = 0;      // bit i: retained_classes[i] holds a class
+  bool retained[kNumClasses] = {};
+  std::uint8_t retained_count = 0;
   std::uint8_t retained_next = 0;
   std::uint64_t aged_at_ms = 0;          // when the chunks' `aged` sets were taken
   Heap* pool_next = nullptr;
@@ -74,6 +76,17 @@ extern Heap g_sentinel_heap;  // every thread's heap until its first allocation
 extern Heap g_orphan_heap;    // owner of spans whose thread exited; its queue is the orphan queue
 extern std::uintptr_t g_free_secret;
 extern __thread Heap* t_heap __attribute__((tls_model("initial-exec")));
+
+struct LargeHeader;
+
+// Where a block brisk handed out lives: its span (small or medium) or its large header. Any
+// other pointer (foreign, inside a block, in free pages) is reported as "brisk: <what> <p>:
+// <why>" and aborts. Says nothing about whether the block is free.
+struct BlockRef {
+  Span* span;
+  LargeHeader* large;
+};
+BlockRef checked_block(const void* p, const char* what);
 
 void* alloc_refill(Heap* h, unsigned size_class);
 void free_slow(void* p);

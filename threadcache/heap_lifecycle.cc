@@ -71,7 +71,8 @@ void heap_reset(Heap* h) {
   for (auto& o : h->outgoing) o = OutgoingBatch{};
   h->released_since_purge = 0;
   h->aged_at_ms = 0;
-  h->retained_valid = 0;
+  for (auto& r : h->retained) r = false;
+  h->retained_count = 0;
   h->retained_next = 0;
   h->pool_next = nullptr;
   h->incoming.reopen();
