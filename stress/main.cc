@@ -39,9 +39,32 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: brisk-stress [WORKLOAD...] [--threads N] [--scale PCT] [--duration S] [--seed S] "
-    "[--json FILE] [--smoke]\n"
-    "workloads: small medium large strings (alias mmtest) prodcons larson churn realloc brisk; "
-    "all = every workload; none named = mmtest\n";
+    "[--json FILE] [--smoke]\n";
+
+#ifndef BRISK_VERSION_STRING
+#define BRISK_VERSION_STRING "unknown"
+#endif
+
+// The help text is built from the workload table, so a new workload documents itself.
+void print_help() {
+  std::fputs(kUsage, stdout);
+  std::puts("Runs the workloads on the allocator the process uses (preload one to test it) and");
+  std::puts("verifies every block. Exit status: 0 ok, 1 verification failed, 2 wrong usage.\n");
+  std::puts("workloads (none named = mmtest):");
+  for (const Workload& w : workloads())
+    std::printf("  %-9s %s\n", w.name, w.summary);
+  std::puts("  mmtest    small, medium, large and strings");
+  std::puts("  all       every workload\n");
+  std::puts("options:");
+  std::puts("  --threads N    threads of the parallel runs (1..1024, default 10)");
+  std::puts("  --scale PCT    work per workload as a percentage of the standard count (default 100)");
+  std::puts("  --duration S   soak: repeat the workloads for S seconds (default 0: one pass)");
+  std::puts("  --seed S       seed of the random sizes and orders (default 1; printed at the end)");
+  std::puts("  --json FILE    also write the table and the run's settings as JSON to FILE");
+  std::puts("  --smoke        every workload at a tiny count, for ctest");
+  std::puts("  --version      print brisk-stress's version");
+  std::puts("  --help, -h     this text");
+}
 
 [[noreturn]] void usage_error(const std::string& message) {
   std::fprintf(stderr, "brisk-stress: %s (try --help)\n", message.c_str());
@@ -93,7 +116,11 @@ Options parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
+      print_help();
+      std::exit(0);
+    }
+    if (arg == "--version") {
+      std::printf("brisk-stress %s\n", BRISK_VERSION_STRING);
       std::exit(0);
     }
     if (arg == "--smoke") {
@@ -101,6 +128,7 @@ Options parse(int argc, char** argv) {
       continue;
     }
     if (arg.rfind("--", 0) != 0) {
+      if (arg.size() > 1 && arg[0] == '-') usage_error("unknown option '" + arg + "'");
       add_workload(options, arg);
       continue;
     }

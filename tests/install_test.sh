@@ -23,10 +23,14 @@ cp -r "$src/examples" "$work/examples"
 
 check_app() {  # check_app NAME APP: runs the app and checks brisk served it, from the prefix
   local name=$1 app=$2 out
-  out=$(LD_LIBRARY_PATH="$libdir" "$app") || { echo "$out"; echo "FAIL: $name app exited $?" >&2; exit 1; }
+  # As a user runs it: no LD_LIBRARY_PATH (CMake and brisk.pc give the app an rpath).
+  out=$(env -u LD_LIBRARY_PATH "$app") || { echo "$out"; echo "FAIL: $name app exited $?" >&2; exit 1; }
   echo "$out"
   grep -q "^served by brisk$" <<<"$out" || { echo "FAIL: $name app not served by brisk" >&2; exit 1; }
-  grep -q "^malloc comes from $libdir/libbrisk.so" <<<"$out" ||
+  # brisk.pc's rpath is relative to its own location (pkgconfig/../..): compare real paths.
+  local from
+  from=$(sed -n 's/^malloc comes from //p' <<<"$out")
+  [[ "$(basename "$from")" == libbrisk.so* && "$(realpath "$(dirname "$from")")" == "$(realpath "$libdir")" ]] ||
     { echo "FAIL: $name app did not use the installed libbrisk.so in $libdir" >&2; exit 1; }
 }
 

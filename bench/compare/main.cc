@@ -36,8 +36,30 @@ constexpr const char* kUsage =
     "usage: brisk-compare [--pairs N] [--warmup N] [--alloc NAME]... [--baseline LABEL] [--json FILE]\n"
     "                     [--svg FILE] [--brisk-lib PATH] [--stress PATH] [--env NAME=VALUE]... [--echo]\n"
     "                     (--suite mmtest|stress [--scale PCT] | -- COMMAND [ARGS...])\n"
-    "  NAME: brisk system jemalloc tcmalloc mimalloc tbbmalloc all, a path to a .so, or LABEL=NAME|PATH\n"
-    "  defaults: --alloc all, --baseline brisk, --pairs 25 --warmup 3 (suites: --pairs 7 --warmup 1)\n";
+    "Runs the workload under each allocator, preloaded, in alternating pairs, and reports each one's\n"
+    "median time ratio to the baseline with a 95% bootstrap interval (bench/README.md).\n"
+    "\n"
+    "  --pairs N          measured rounds per allocator (default 25; suites 7)\n"
+    "  --warmup N         unmeasured rounds first (default 3; suites 1)\n"
+    "  --alloc NAME       an allocator to run: brisk system jemalloc tcmalloc mimalloc tbbmalloc all,\n"
+    "                     a path to a .so, or LABEL=NAME|PATH; repeatable (default all)\n"
+    "  --baseline LABEL   the allocator the ratios divide by (default brisk)\n"
+    "  --json FILE        also write every sample and the summary as JSON\n"
+    "  --svg FILE         also draw the ratios and intervals as an SVG chart\n"
+    "  --brisk-lib PATH   libbrisk.so to use for brisk (default: this build's; env BRISK_LIB)\n"
+    "  --stress PATH      brisk-stress for the suites (default: this build's; env BRISK_STRESS)\n"
+    "  --env NAME=VALUE   set a variable for every run; repeatable\n"
+    "  --echo             show the workload's own output\n"
+    "  --quiet            no progress line\n"
+    "  --suite NAME       mmtest (MMtest's four tests) or stress (prodcons, larson, churn, realloc),\n"
+    "                     one row per workload\n"
+    "  --scale PCT        with --suite: the workloads' --scale instead of each one's default\n"
+    "  -- COMMAND ARGS    any program to time instead of a suite\n"
+    "  --version          print brisk-compare's version\n";
+
+#ifndef BRISK_VERSION_STRING
+#define BRISK_VERSION_STRING "unknown"
+#endif
 
 // Suites: the brisk-stress workloads, each a row of its own. Scales keep `scripts/mmtest.sh`
 // (brisk and system, 7 pairs) to a few minutes on a 2-core machine.
@@ -146,6 +168,9 @@ int run(int argc, char** argv) {
     } else if (arg == "--help" || arg == "-h") {
       std::fputs(kUsage, stdout);
       return 0;
+    } else if (arg == "--version") {
+      std::printf("brisk-compare %s\n", BRISK_VERSION_STRING);
+      return 0;
     } else if (arg == "--pairs") {
       if (!parse_int(value(), 1, &plan.pairs)) usage_error("--pairs needs an integer >= 1");
       pairs_set = true;
@@ -179,6 +204,8 @@ int run(int argc, char** argv) {
       plan.echo_output = true;
     } else if (arg == "--quiet") {
       plan.progress = false;
+    } else if (!arg.empty() && arg[0] != '-') {
+      usage_error("'" + arg + "' is not an option; to time a program, put it after --: -- " + arg + " ...");
     } else {
       usage_error("unknown option " + arg);
     }

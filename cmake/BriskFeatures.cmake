@@ -1,0 +1,21 @@
+# brisk_feature(VAR "what it needs" FOUND_VAR): resolves an AUTO/ON/OFF build switch into
+# VAR_ENABLED. AUTO follows FOUND_VAR and says what it left out; ON without the dependency stops
+# the configure (the test command asks for ON, so CI can never skip a part silently).
+function(brisk_feature var needs found_var)
+  string(TOUPPER "${${var}}" mode)
+  if(mode STREQUAL "AUTO")
+    if(${found_var})
+      set(${var}_ENABLED TRUE PARENT_SCOPE)
+    else()
+      message(STATUS "brisk: ${var} off: ${needs} not found (scripts/deps.sh installs it)")
+      set(${var}_ENABLED FALSE PARENT_SCOPE)
+    endif()
+  elseif(${var})
+    if(NOT ${found_var})
+      message(FATAL_ERROR "brisk: ${var}=ON needs ${needs}; scripts/deps.sh installs it")
+    endif()
+    set(${var}_ENABLED TRUE PARENT_SCOPE)
+  else()
+    set(${var}_ENABLED FALSE PARENT_SCOPE)
+  endif()
+endfunction()
