@@ -9,6 +9,7 @@ namespace brisk::options {
 namespace {
 
 struct Option {
+  Id id;  // the entry's own id: the table is checked against the enum, row by row
   const char* env;
   std::int64_t default_value;
   std::int64_t min;
@@ -16,17 +17,26 @@ struct Option {
 };
 
 constexpr Option kTable[] = {
-    {"BRISK_CHUNK_CACHE", 8, 0, 4096},
-    {"BRISK_LARGE_CACHE_BYTES", std::int64_t{4} << 30, 0, std::int64_t{1} << 44},
-    {"BRISK_LARGE_DIRTY_BYTES", 64 << 20, 0, std::int64_t{1} << 44},
-    {"BRISK_PURGE_BYTES", 8 << 20, 0, std::int64_t{1} << 44},
-    {"BRISK_PURGE_DELAY_MS", 100, 0, 3600 * 1000},
+    {Id::kChunkCache, "BRISK_CHUNK_CACHE", 8, 0, 4096},
+    {Id::kLargeCacheBytes, "BRISK_LARGE_CACHE_BYTES", std::int64_t{4} << 30, 0, std::int64_t{1} << 44},
+    {Id::kLargeDirtyBytes, "BRISK_LARGE_DIRTY_BYTES", 64 << 20, 0, std::int64_t{1} << 44},
+    {Id::kPurgeBytes, "BRISK_PURGE_BYTES", 8 << 20, 0, std::int64_t{1} << 44},
+    {Id::kPurgeDelayMs, "BRISK_PURGE_DELAY_MS", 100, 0, 3600 * 1000},
 };
-static_assert(sizeof kTable / sizeof kTable[0] == static_cast<unsigned>(Id::kCount));
+constexpr unsigned kOptionCount = static_cast<unsigned>(Id::kCount);
+static_assert(sizeof kTable / sizeof kTable[0] == kOptionCount, "one row per option id");
+constexpr bool rows_in_id_order() {
+  for (unsigned i = 0; i < kOptionCount; ++i)
+    if (static_cast<unsigned>(kTable[i].id) != i) return false;
+  return true;
+}
+static_assert(rows_in_id_order(), "kTable's rows must be in Id order: get() indexes by id");
 
 constexpr std::int64_t kUnread = INT64_MIN;
-std::atomic<std::int64_t> g_values[static_cast<unsigned>(Id::kCount)] = {
-    kUnread, kUnread, kUnread, kUnread, kUnread};
+// Every value starts unread (set by the first get() of a process, before any thread exists
+// or racing benignly: each reader computes the same value).
+std::atomic<std::int64_t> g_values[kOptionCount] = {kUnread, kUnread, kUnread, kUnread, kUnread};
+static_assert(kOptionCount == 5, "give a new option its kUnread initialiser above");
 
 // Parses a decimal number with an optional k/m/g suffix. Returns false on junk.
 bool parse(const char* s, std::int64_t* out) {

@@ -85,7 +85,7 @@ void CheckBlock(const char* what, void* p, size_t size, size_t alignment) {
 
 const char* const kEntryPoints[] = {
     "malloc", "free", "calloc", "realloc", "reallocarray", "memalign", "posix_memalign", "aligned_alloc",
-    "valloc", "pvalloc", "malloc_usable_size", "free_sized", "free_aligned_sized",
+    "valloc", "pvalloc", "malloc_usable_size", "free_sized", "free_aligned_sized", "cfree",
     // operator new: plain, nothrow, aligned, aligned nothrow; scalar and array
     "_Znwm", "_Znam", "_ZnwmRKSt9nothrow_t", "_ZnamRKSt9nothrow_t", "_ZnwmSt11align_val_t",
     "_ZnamSt11align_val_t", "_ZnwmSt11align_val_tRKSt9nothrow_t", "_ZnamSt11align_val_tRKSt9nothrow_t",
@@ -97,12 +97,16 @@ const char* const kEntryPoints[] = {
 
 void LocalFunction() {}
 
+// glibc keeps cfree only as a compatibility symbol, without a declaration.
+extern "C" void cfree(void* p);
+
 #ifdef BRISK_PROBE_STATIC
 // The static library's definitions, referenced directly (a symbol that no shared library
 // references need not appear in the executable's dynamic symbol table).
 void* DirectAddress(const std::string& name) {
   if (name == "free_sized") return reinterpret_cast<void*>(&free_sized);
   if (name == "free_aligned_sized") return reinterpret_cast<void*>(&free_aligned_sized);
+  if (name == "cfree") return reinterpret_cast<void*>(&cfree);
   return nullptr;
 }
 #endif
