@@ -412,10 +412,79 @@ void CheckErrno() {
   CHECK(p == nullptr, "nothrow aligned operator new(SIZE_MAX) = %p", p);
 }
 
+// ---- the new_handler loop ([new.delete.single]) --------------------------------------------------
+
+int g_handler_calls = 0;
+struct HandlerGaveUp : std::bad_alloc {};
+
+void GiveUpOnThirdCall() {
+  if (++g_handler_calls == 3) std::set_new_handler(nullptr);
+}
+void ThrowFromHandler() {
+  ++g_handler_calls;
+  throw HandlerGaveUp();
+}
+
+// operator new calls the handler until it removes itself, then throws bad_alloc; a handler's
+// own exception leaves operator new as it is; the nothrow forms return nullptr in both cases.
+void CheckNewHandler() {
+  struct Case {
+    const char* name;
+    void* (*call)();
+  };
+  const Case throwing[] = {
+      {"operator new", [] { return ::operator new(Opaque(SIZE_MAX)); }},
+      {"operator new[]", [] { return ::operator new[](Opaque(SIZE_MAX)); }},
+      {"aligned operator new", [] { return ::operator new(Opaque(SIZE_MAX), std::align_val_t(256)); }},
+  };
+  for (const Case& c : throwing) {
+    g_handler_calls = 0;
+    std::set_new_handler(GiveUpOnThirdCall);
+    bool threw = false;
+    try {
+      ::operator delete(c.call());
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
+    CHECK(threw && g_handler_calls == 3, "%s: threw %d after %d handler calls, not bad_alloc after 3",
+          c.name, threw, g_handler_calls);
+
+    g_handler_calls = 0;
+    std::set_new_handler(ThrowFromHandler);
+    bool own = false;
+    try {
+      ::operator delete(c.call());
+    } catch (const HandlerGaveUp&) {
+      own = true;
+    } catch (...) {
+    }
+    CHECK(own && g_handler_calls == 1, "%s: the handler's exception did not come through (%d calls)",
+          c.name, g_handler_calls);
+  }
+  const Case nothrow[] = {
+      {"nothrow operator new", [] { return ::operator new(Opaque(SIZE_MAX), std::nothrow); }},
+      {"nothrow operator new[]", [] { return ::operator new[](Opaque(SIZE_MAX), std::nothrow); }},
+      {"nothrow aligned operator new",
+       [] { return ::operator new(Opaque(SIZE_MAX), std::align_val_t(256), std::nothrow); }},
+  };
+  for (const Case& c : nothrow) {
+    for (auto handler : {GiveUpOnThirdCall, ThrowFromHandler}) {
+      g_handler_calls = 0;
+      std::set_new_handler(handler);
+      void* p = c.call();
+      int want = handler == GiveUpOnThirdCall ? 3 : 1;
+      CHECK(p == nullptr && g_handler_calls == want, "%s: %p after %d handler calls, not nullptr after %d",
+            c.name, p, g_handler_calls, want);
+    }
+  }
+  std::set_new_handler(nullptr);
+}
+
 }  // namespace
 
 int main() {
   CheckResolution();
+  CheckNewHandler();
   CheckMallocFamily();
   CheckAlignedFamily();
   CheckOperatorNew();

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# libbrisk.so needs only libc (no libstdc++: a preloaded C program loads nothing more) and
+# exports only the allocator: the malloc family, operator new/delete and brisk_*.
+#   library_symbols.sh path/to/libbrisk.so
+set -euo pipefail
+lib=$1
+fail=0
+needed=$(readelf -d "$lib" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
+echo "NEEDED: $needed"
+for n in $needed; do
+  case "$n" in
+    libc.so.*|ld-linux*) ;;
+    *) echo "FAIL: libbrisk.so needs $n" >&2; fail=1 ;;
+  esac
+done
+allowed='^(malloc|free|cfree|calloc|realloc|reallocarray|aligned_alloc|memalign|posix_memalign|valloc|pvalloc|malloc_usable_size|free_sized|free_aligned_sized|_Znwm.*|_Znam.*|_ZdlPv.*|_ZdaPv.*|brisk_[a-z_]+)$'
+exported=$(nm -D --defined-only "$lib" | awk '{print $3}')
+count=$(wc -w <<<"$exported")
+echo "exported: $count symbols"
+for s in $exported; do
+  [[ "$s" =~ $allowed ]] || { echo "FAIL: libbrisk.so exports $s" >&2; fail=1; }
+done
+for s in malloc free _Znwm _ZdlPv brisk_malloc; do
+  grep -qx "$s" <<<"$exported" || { echo "FAIL: libbrisk.so does not export $s" >&2; fail=1; }
+done
+[ "$fail" -eq 0 ] && echo "library_symbols: ok"
+exit "$fail"
