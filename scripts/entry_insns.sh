@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Prints, for each allocation entry point of libbrisk.so, the instructions from its first one
+# to its first `ret` in address order (the fast path a call that stays on it executes), the
+# calls anywhere in it (a call needs a stack frame), and the functions it tail-jumps to.
+#   entry_insns.sh [--check] [path/to/libbrisk.so]
+# --check (a ctest): fails unless malloc and free are exactly as long as brisk_malloc and
+# brisk_free and, like them, call nothing (they leave for slow paths by tail jumps only).
+set -euo pipefail
+check=0
+[ "${1:-}" = --check ] && { check=1; shift; }
+lib=${1:-build/libbrisk.so}
+out=$(
+printf '%-14s %6s %6s %s\n' entry insns calls "tail jumps to slow paths"
+for sym in malloc free _Znwm _ZdlPv _ZdlPvm calloc realloc brisk_malloc brisk_free; do
+  objdump -d --no-show-raw-insn --disassemble="$sym" "$lib" | awk -v name="$sym" '
+    /^[[:space:]]+[0-9a-f]+:/ {
+      if (!done) n++
+      if ($0 ~ /[[:space:]]ret/) done = 1
+      if ($0 ~ /[[:space:]]call[[:space:]]/) calls++
+      if ($0 ~ /[[:space:]]jmp[[:space:]]+[0-9a-f]+ </ && $0 !~ ("<" name "\\+")) {
+        sub(/.*</, "", $0); sub(/>.*/, "", $0); exits = exits " " $0
+      }
+    }
+    END { printf "%-14s %6d %6d %s\n", name, n, calls, exits }' | c++filt
+done
+)
+echo "$out"
+[ "$check" -eq 1 ] || exit 0
+field() { awk -v s="$1" -v f="$2" '$1 == s { print $f }' <<<"$out"; }
+fail=0
+for pair in malloc:brisk_malloc free:brisk_free; do
+  entry=${pair%%:*} api=${pair#*:}
+  if [ "$(field "$entry" 2)" != "$(field "$api" 2)" ] || [ "$(field "$entry" 3)" != 0 ]; then
+    echo "FAIL: $entry: $(field "$entry" 2) instructions and $(field "$entry" 3) calls;" \
+         "$api: $(field "$api" 2) and $(field "$api" 3)" >&2
+    fail=1
+  fi
+done
+[ "$fail" -eq 0 ] && echo "entry_insns: malloc and free are as short as brisk_malloc and brisk_free"
+exit "$fail"
