@@ -13,6 +13,7 @@ Span* central_take(unsigned c, Heap* new_owner) {
   LockGuard g(pool.lock);
   Span* s = pool.available.head;
   if (s == nullptr) return nullptr;
+  BRISK_ASSERT(s->kind == SpanKind::kSmall && s->size_class == c && s->has_room());
   pool.remove(s);
   s->owner.store(new_owner, std::memory_order_release);
   stats::add(stats::g.spans_orphaned, -1);

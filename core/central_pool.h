@@ -10,6 +10,7 @@
 
 #include <atomic>
 
+#include "core/assert.h"
 #include "core/lock.h"
 #include "core/size_class.h"
 #include "core/span.h"
@@ -21,12 +22,14 @@ struct CentralPool {
   SpanList available;               // orphan spans with free blocks or uncarved room
   std::atomic<bool> nonempty{false};  // available.head != nullptr, readable without the lock
 
-  // Under the lock.
+  // Under the lock. Every span held here belongs to the orphan owner (see above).
   void push(Span* s) {
+    BRISK_ASSERT(lock.is_locked());
     available.push(s);
     nonempty.store(true, std::memory_order_relaxed);
   }
   void remove(Span* s) {
+    BRISK_ASSERT(lock.is_locked());
     available.remove(s);
     nonempty.store(available.head != nullptr, std::memory_order_relaxed);
   }

@@ -23,6 +23,8 @@ class SpinLock {
     return !flag_.load(std::memory_order_relaxed) && !flag_.exchange(true, std::memory_order_acquire);
   }
   void unlock() { flag_.store(false, std::memory_order_release); }
+  // For assertions that a structure's lock is held (by someone: the lock has no owner field).
+  bool is_locked() const { return flag_.load(std::memory_order_relaxed); }
   // Only for a fork child, which has exactly one thread: whoever held the lock is gone.
   void reset_after_fork() { flag_.store(false, std::memory_order_relaxed); }
 

@@ -3,7 +3,8 @@
 //
 // Contract, for every function here:
 //   - Sizes and addresses passed in are multiples of kOsPageSize (4096); alignments are powers
-//     of two >= kOsPageSize. Violations are programming errors inside brisk (asserted in debug).
+//     of two >= kOsPageSize. Violations are programming errors inside brisk: BRISK_ASSERT
+//     (core/assert.h) checks them in a checked build.
 //   - Nothing here allocates with malloc, takes a lock, or touches brisk's own state, so it is
 //     safe during initialisation, in a fork handler and from any thread.
 //   - Mapping failures return nullptr / false and never abort; the caller turns them into

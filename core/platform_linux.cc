@@ -11,6 +11,7 @@
 
 #include <atomic>
 
+#include "core/assert.h"
 #include "core/config.h"
 #include "core/stats.h"
 
@@ -42,9 +43,13 @@ void* raw_map(std::size_t size) {
 
 void set_map_failure_after(long n) { g_map_failure_after.store(n, std::memory_order_relaxed); }
 
-void* map(std::size_t size) { return raw_map(size); }
+void* map(std::size_t size) {
+  BRISK_ASSERT(size % kOsPageSize == 0);
+  return raw_map(size);
+}
 
 void* map_aligned(std::size_t size, std::size_t alignment) {
+  BRISK_ASSERT(size % kOsPageSize == 0 && alignment >= kOsPageSize && (alignment & (alignment - 1)) == 0);
   // Over-reserve by the alignment and trim both ends: two extra munmaps, but the kernel gives no
   // aligned mmap. Callers cache what they map (chunk cache, large cache) to keep this rare.
   if (size + alignment < size) return nullptr;
@@ -60,11 +65,13 @@ void* map_aligned(std::size_t size, std::size_t alignment) {
 }
 
 void unmap(void* p, std::size_t size) {
+  BRISK_ASSERT(reinterpret_cast<std::uintptr_t>(p) % kOsPageSize == 0 && size % kOsPageSize == 0);
   munmap(p, size);
   stats::g.os_unmap_calls.fetch_add(1, std::memory_order_relaxed);
 }
 
 void decommit(void* p, std::size_t size) {
+  BRISK_ASSERT(reinterpret_cast<std::uintptr_t>(p) % kOsPageSize == 0 && size % kOsPageSize == 0);
   madvise(p, size, MADV_DONTNEED);
   stats::g.os_decommit_calls.fetch_add(1, std::memory_order_relaxed);
 }

@@ -14,6 +14,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/assert.h"
+
 namespace brisk {
 
 class Heap;
@@ -64,6 +66,7 @@ struct SpanList {
   std::size_t count = 0;
 
   void push(Span* s) {
+    BRISK_ASSERT(!s->listed && s->prev == nullptr && s->next == nullptr);
     s->prev = nullptr;
     s->next = head;
     if (head != nullptr) head->prev = s;
@@ -72,6 +75,7 @@ struct SpanList {
     ++count;
   }
   void remove(Span* s) {
+    BRISK_ASSERT(s->listed && count > 0 && (s->prev != nullptr || head == s));
     if (s->prev != nullptr) s->prev->next = s->next; else head = s->next;
     if (s->next != nullptr) s->next->prev = s->prev;
     s->prev = s->next = nullptr;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's second command: installs what it needs, builds brisk and runs the whole test
 # suite: the release build's ctest (unit, override, stress smoke, bench smoke), then the unit
-# and threading tests under ASan+UBSan and under TSan. It ends with one verdict line that adds
+# and threading tests under ASan+UBSan and under TSan, both built with BRISK_ASSERT checked. It ends with one verdict line that adds
 # up every stage. BRISK_SKIP_SANITIZERS=1 runs the release stage only.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -37,7 +37,8 @@ run_stage release build
 if [ "${BRISK_SKIP_SANITIZERS:-0}" != 1 ]; then
   for san in address,undefined thread; do
     dir=build-san-${san%%,*}
-    cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Debug -DBRISK_SANITIZE="$san" -DBRISK_BUILD_TESTS=ON \
+    cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Debug -DBRISK_SANITIZE="$san" -DBRISK_CHECKED=ON \
+      -DBRISK_BUILD_TESTS=ON \
       >/dev/null || exit 1
     UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 TSAN_OPTIONS=halt_on_error=1 \
       run_stage "$san" "$dir" -L unit

@@ -38,6 +38,15 @@ TEST(SpanList, PushRemovePopKeepTheLinksAndCount) {
   EXPECT_EQ(l.count, 0u);
 }
 
+// The checked build stops at a broken invariant instead of corrupting the list.
+TEST(SpanListDeathTest, PushingASpanTwiceIsAnAssertionInTheCheckedBuild) {
+  if (!BRISK_CHECKED) GTEST_SKIP() << "BRISK_ASSERT is compiled out (configure with -DBRISK_CHECKED=ON)";
+  Span a;
+  SpanList l;
+  l.push(&a);
+  EXPECT_DEATH(l.push(&a), "brisk: assertion failed: !s->listed");
+}
+
 TEST(Span, CarvesOneOsPageAtATimeAndCountsUse) {
   // A fresh thread: its first 48-byte block comes from a new span (or an orphan one) whose
   // blocks are carved only up to the end of the OS page holding the next block.
