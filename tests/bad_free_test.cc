@@ -19,6 +19,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 
 extern "C" void* __libc_malloc(size_t size);  // glibc's own malloc, whatever malloc resolves to
 
@@ -29,7 +30,13 @@ void Announce(const void* p) { std::fprintf(stderr, "victim=%p\n", p); }
 
 class NamesVictimMatcher : public testing::MatcherInterface<const std::string&> {
  public:
+  // what: if not empty, the report line must also start with "brisk: <what> ".
+  explicit NamesVictimMatcher(std::string what = "") : what_(std::move(what)) {}
   bool MatchAndExplain(const std::string& err, testing::MatchResultListener* listener) const override {
+    if (!what_.empty() && err.find("brisk: " + what_ + " ") == std::string::npos) {
+      *listener << "no report \"brisk: " << what_ << " ...\"";
+      return false;
+    }
     size_t at = err.find("victim=");
     if (at == std::string::npos) {
       *listener << "the death statement never announced its pointer";
@@ -61,11 +68,16 @@ class NamesVictimMatcher : public testing::MatcherInterface<const std::string&> 
     return true;
   }
   void DescribeTo(std::ostream* os) const override {
-    *os << "has one line starting with \"brisk: \" that names the announced pointer";
+    *os << "has one line starting with \"brisk: " << what_ << "\" that names the announced pointer";
   }
+
+ private:
+  std::string what_;
 };
 
-testing::Matcher<const std::string&> NamesVictim() { return testing::MakeMatcher(new NamesVictimMatcher); }
+testing::Matcher<const std::string&> NamesVictim(std::string what = "") {
+  return testing::MakeMatcher(new NamesVictimMatcher(std::move(what)));
+}
 
 #define EXPECT_BRISK_ABORT(statement) EXPECT_EXIT(statement, testing::KilledBySignal(SIGABRT), NamesVictim())
 
@@ -211,6 +223,45 @@ TEST_F(BadFree, UnalignedJunkPointer) {
     brisk_free(p);
   };
   EXPECT_BRISK_ABORT(body());
+}
+
+// realloc checks the pointer before the size: a foreign or freed pointer is reported whatever
+// size comes with it (a size it cannot serve, or 0, which would free).
+#define EXPECT_BRISK_ABORT_SAYING(statement, what) \
+  EXPECT_EXIT(statement, testing::KilledBySignal(SIGABRT), NamesVictim(what))
+
+void ReallocOf(void* p, size_t size) {
+  Announce(p);
+  void* q = brisk_realloc(p, size);
+  fprintf(stderr, "realloc returned %p\n", q);
+}
+
+TEST_F(BadFree, ReallocOfAForeignPointerIsReportedWhateverTheSize) {
+  for (size_t size : {size_t{64}, size_t{0}, SIZE_MAX}) {
+    EXPECT_BRISK_ABORT_SAYING(ReallocOf(g_global_buffer, size), "invalid pointer");
+  }
+}
+
+TEST_F(BadFree, ReallocOrUsableSizeOfAFreedBlockIsUseOfAFreedBlock) {
+  auto realloc_freed = [](size_t size) {
+    void* p = brisk_malloc(48);
+    void* keep = brisk_malloc(48);  // p is not the span's only block
+    brisk_free(p);
+    ReallocOf(p, size);
+    brisk_free(keep);
+  };
+  for (size_t size : {size_t{64}, size_t{0}, SIZE_MAX}) {
+    EXPECT_BRISK_ABORT_SAYING(realloc_freed(size), "use of freed block");
+  }
+  auto usable_freed = [] {
+    void* p = brisk_malloc(48);
+    void* keep = brisk_malloc(48);
+    brisk_free(p);
+    Announce(p);
+    fprintf(stderr, "usable %zu\n", brisk_usable_size(p));
+    brisk_free(keep);
+  };
+  EXPECT_BRISK_ABORT_SAYING(usable_freed(), "use of freed block");
 }
 
 TEST_F(BadFree, UsableAfterValidFrees) {

@@ -78,6 +78,11 @@ void* realloc_impl(void* p, std::size_t size) {
     free_to_own_span(h, s, static_cast<Block*>(p), g_free_secret ^ reinterpret_cast<std::uintptr_t>(p));
     return q;
   }
+  // p is validated before the size is looked at, so a foreign or freed pointer is reported
+  // the same way whatever size comes with it.
+  Span* s;
+  LargeHeader* lh;
+  std::size_t usable = checked_usable(p, &s, &lh);
   if (size > static_cast<std::size_t>(PTRDIFF_MAX)) {
     errno = ENOMEM;
     return nullptr;
@@ -86,9 +91,6 @@ void* realloc_impl(void* p, std::size_t size) {
     free_inline(p);
     return nullptr;
   }
-  Span* s;
-  LargeHeader* lh;
-  std::size_t usable = checked_usable(p, &s, &lh);
   if (s != nullptr && s->kind == SpanKind::kSmall) {
     // Stay in place when the block fits and would not waste more than half of it.
     if (size <= usable && size > usable / 2) return p;
