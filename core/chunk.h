@@ -45,12 +45,31 @@ namespace brisk {
 enum RegionKind : std::uint8_t {
   kRegionNone = 0,
   kRegionChunk = 1,
-  kRegionLarge = 2,         // a large block whose user pointer lies 4 KiB or more into the region
-  kRegionLargeAtStart = 3,  // a large block whose user pointer is the region's start (huge alignment)
+  kRegionLarge = 2,  // this and above: a large block, its user pointer's place in the region below
 };
 
 // Indexed by address >> kChunkShift. Zero-filled .bss: untouched entries cost nothing.
 extern std::uint8_t g_region_map[kRegionMapEntries];
+
+// A large block's region holds one block start: its user pointer, at the region's start (huge
+// alignments) or 4 KiB to 2 MiB (a power of two) past the 4 MiB-aligned mapping base. The region
+// byte records which, so every other pointer into the region is refused without reading memory:
+// the mapping may end well before the region does, and the header page below such a pointer
+// may be unmapped.
+inline constexpr unsigned kLargeMinOffsetShift = 12;  // kOsPageSize
+constexpr std::uint8_t region_large_code(std::uintptr_t offset_in_region) {
+  return offset_in_region == 0
+             ? std::uint8_t{kRegionLarge}
+             : static_cast<std::uint8_t>(kRegionLarge + 1 + __builtin_ctzll(offset_in_region) - kLargeMinOffsetShift);
+}
+constexpr std::uintptr_t region_large_offset(std::uint8_t code) {
+  return code == kRegionLarge ? 0 : std::uintptr_t{1} << (code - kRegionLarge - 1 + kLargeMinOffsetShift);
+}
+constexpr bool region_is_large(std::uint8_t kind) { return kind >= kRegionLarge; }
+static_assert(region_large_offset(region_large_code(0)) == 0 &&
+              region_large_offset(region_large_code(kOsPageSize)) == kOsPageSize &&
+              region_large_offset(region_large_code(kChunkSize / 2)) == kChunkSize / 2 &&
+              region_large_code(kChunkSize / 2) < 0xff);
 
 BRISK_ALWAYS_INLINE std::uint8_t region_kind(std::uintptr_t p) {
   std::uintptr_t i = p >> kChunkShift;
