@@ -193,6 +193,8 @@ void large_free(void* p, LargeHeader* h) {
   stats::add(stats::g.large_bytes_mapped, -static_cast<std::int64_t>(size));
 }
 
+std::atomic<void (*)(void*)> g_large_moved_test_hook{nullptr};
+
 void* large_realloc(void* p, LargeHeader* h, std::size_t new_size) {
   char* base = h->base;
   std::size_t offset = static_cast<std::size_t>(static_cast<char*>(p) - base);
@@ -216,13 +218,18 @@ void* large_realloc(void* p, LargeHeader* h, std::size_t new_size) {
   // keeps the alignment that the region map relies on.
   char* target = static_cast<char*>(platform::map_aligned(need, h->alignment));
   if (target == nullptr) return nullptr;
+  // Unmark p's region while the pages are still there: once they move, another thread may map
+  // a block in the space they leave and mark the region as its own.
+  auto a = reinterpret_cast<std::uintptr_t>(p);
+  std::uint8_t code = region_kind(a);
+  region_set(a, kRegionNone);
   if (!platform::remap_to(base, old, target, need)) {
+    region_set(a, code);
     platform::unmap(target, need);
     return nullptr;
   }
+  if (auto hook = g_large_moved_test_hook.load(std::memory_order_relaxed); hook != nullptr) hook(p);
   char* np = target + offset;
-  std::uint8_t code = region_kind(reinterpret_cast<std::uintptr_t>(p));
-  region_set(reinterpret_cast<std::uintptr_t>(p), kRegionNone);
   auto* nh = reinterpret_cast<LargeHeader*>(np - kOsPageSize);
   nh->check = kLargeMagic ^ reinterpret_cast<std::uintptr_t>(np);
   nh->base = target;

@@ -7,6 +7,7 @@
 // 4 MiB and more), with p's place in it (region_large_code in chunk.h).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -29,6 +30,10 @@ void large_free(void* p, LargeHeader* h);
 std::size_t large_usable_size(const void* p, const LargeHeader* h);
 // Resizes in place (mremap) or moves the pages without copying. nullptr if it cannot; p intact.
 void* large_realloc(void* p, LargeHeader* h, std::size_t new_size);
+
+// Test hook, null in production: large_realloc calls it with the old user pointer once it has
+// moved a block's pages away, so a test can stand in for another thread mapping a block there.
+extern std::atomic<void (*)(void* old_p)> g_large_moved_test_hook;
 
 // Returns every cached mapping to the OS.
 void large_cache_flush();
