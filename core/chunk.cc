@@ -68,6 +68,8 @@ std::uint64_t run_starts(std::uint64_t bits, unsigned n) {
   return starts;
 }
 
+std::atomic<void (*)(Chunk*, unsigned, unsigned)> g_chunk_claim_test_hook{nullptr};
+
 bool chunk_has_resident_run(Chunk* c, unsigned n) {
   std::uint64_t bits = c->free_pages.load(std::memory_order_relaxed);
   return run_starts(bits & c->dirty_pages.load(std::memory_order_relaxed), n) != 0;
@@ -82,17 +84,20 @@ unsigned chunk_claim_pages(Chunk* c, unsigned n, bool* zeroed) {
     // pages cost a page fault each, and the kernel zeroes them: a fault costs more than the
     // memset calloc then needs (measured on the producer/consumer workload: preferring zero
     // pages for calloc faulted 47,000 times against 20,000 for tcmalloc).
-    std::uint64_t dirty = c->dirty_pages.load(std::memory_order_relaxed);
-    std::uint64_t preferred = run_starts(bits & dirty, n);
+    // Which run is resident is a hint only (see "Page state" in chunk.h).
+    std::uint64_t preferred = run_starts(bits & c->dirty_pages.load(std::memory_order_relaxed), n);
     // The lowest run: a medium block then has the most room to grow in place above it (taking
     // medium runs from the top of the chunk made every in-place growth fail).
     unsigned first = static_cast<unsigned>(__builtin_ctzll(preferred != 0 ? preferred : starts));
     std::uint64_t m = run_mask(first, n);
-    if (zeroed != nullptr) *zeroed = (dirty & m) == 0;
-    // Only releases race with us (we are the page owner): retry on their updates.
+    if (auto hook = g_chunk_claim_test_hook.load(std::memory_order_relaxed); BRISK_UNLIKELY(hook != nullptr))
+      hook(c, first, n);
+    // Releases and other claimers race with us: retry on their updates.
     if (c->free_pages.compare_exchange_weak(bits, bits & ~m, std::memory_order_acquire,
                                             std::memory_order_acquire)) {
-      c->dirty_pages.fetch_and(~m, std::memory_order_relaxed);
+      // The pages are ours: the dirty bits this clears are those of their last release or purge.
+      std::uint64_t was_dirty = c->dirty_pages.fetch_and(~m, std::memory_order_relaxed);
+      if (zeroed != nullptr) *zeroed = (was_dirty & m) == 0;
       return first;
     }
   }
@@ -190,8 +195,9 @@ std::size_t chunk_purge(Chunk* c, std::uint64_t only) {
     if (d == 0) return 0;
   } while (!c->free_pages.compare_exchange_weak(bits, bits & ~d, std::memory_order_acquire,
                                                 std::memory_order_acquire));
-  std::size_t bytes = decommit_pages(c, d);
-  c->dirty_pages.fetch_and(~d, std::memory_order_relaxed);
+  // The pages in d are ours: decommit those whose dirty bit is still set now, not as read above.
+  std::uint64_t was_dirty = c->dirty_pages.fetch_and(~d, std::memory_order_relaxed) & d;
+  std::size_t bytes = decommit_pages(c, was_dirty);
   c->free_pages.fetch_or(d, std::memory_order_release);
   return bytes;
 }

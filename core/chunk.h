@@ -12,6 +12,24 @@
 // (chunk_claim_shared), and any thread may claim the pages right after a live medium block it
 // grows in place. Releases are an atomic OR. Claims are compare-and-swaps on one word, so any
 // number of claimers is safe; destroying a chunk takes all its pages with one CAS first.
+//
+// Page state: two bitmaps, one bit per page.
+//   free_pages   set: no one owns the page. Clearing a bit with a compare-and-swap claims the
+//                page (chunk_claim_pages, chunk_claim_pages_at, chunk_purge, chunk_destroy);
+//                only its owner sets it again (chunk_release_pages, chunk_purge).
+//   dirty_pages  set: the page was used since it was last zero (mapped, purged or cached) and
+//                may hold old data. Only the page's owner changes its bit:
+//     release:  set dirty, then set free (release order): a page is never free without its bit;
+//     claim:    compare-and-swap free, then clear dirty with fetch_and; the bits it cleared are
+//               the page's state since its last release or purge, and say whether it reads as
+//               zeros (alloc_medium skips calloc's memset on that alone);
+//     purge:    claim the pages, clear dirty (decommitting those whose bit it cleared), set free.
+// So the dirty bit of a free page never changes, but any read of the bitmaps before a
+// successful claim may be stale: between the read and the compare-and-swap, another thread can
+// claim the pages, write them and release them, leaving free_pages as it was. Such reads only
+// choose (which run to prefer, which pages look purgeable: chunk_has_resident_run, the purge
+// check in threadcache/heap.cc); what a claimer does with the pages' contents depends only on
+// the dirty bits it took after its compare-and-swap.
 #pragma once
 
 #include <atomic>
@@ -27,12 +45,31 @@ namespace brisk {
 enum RegionKind : std::uint8_t {
   kRegionNone = 0,
   kRegionChunk = 1,
-  kRegionLarge = 2,         // a large block whose user pointer lies 4 KiB or more into the region
-  kRegionLargeAtStart = 3,  // a large block whose user pointer is the region's start (huge alignment)
+  kRegionLarge = 2,  // this and above: a large block, its user pointer's place in the region below
 };
 
 // Indexed by address >> kChunkShift. Zero-filled .bss: untouched entries cost nothing.
 extern std::uint8_t g_region_map[kRegionMapEntries];
+
+// A large block's region holds one block start: its user pointer, at the region's start (huge
+// alignments) or 4 KiB to 2 MiB (a power of two) past the 4 MiB-aligned mapping base. The region
+// byte records which, so every other pointer into the region is refused without reading memory:
+// the mapping may end well before the region does, and the header page below such a pointer
+// may be unmapped.
+inline constexpr unsigned kLargeMinOffsetShift = 12;  // kOsPageSize
+constexpr std::uint8_t region_large_code(std::uintptr_t offset_in_region) {
+  return offset_in_region == 0
+             ? std::uint8_t{kRegionLarge}
+             : static_cast<std::uint8_t>(kRegionLarge + 1 + __builtin_ctzll(offset_in_region) - kLargeMinOffsetShift);
+}
+constexpr std::uintptr_t region_large_offset(std::uint8_t code) {
+  return code == kRegionLarge ? 0 : std::uintptr_t{1} << (code - kRegionLarge - 1 + kLargeMinOffsetShift);
+}
+constexpr bool region_is_large(std::uint8_t kind) { return kind >= kRegionLarge; }
+static_assert(region_large_offset(region_large_code(0)) == 0 &&
+              region_large_offset(region_large_code(kOsPageSize)) == kOsPageSize &&
+              region_large_offset(region_large_code(kChunkSize / 2)) == kChunkSize / 2 &&
+              region_large_code(kChunkSize / 2) < 0xff);
 
 BRISK_ALWAYS_INLINE std::uint8_t region_kind(std::uintptr_t p) {
   std::uintptr_t i = p >> kChunkShift;
@@ -46,7 +83,7 @@ inline constexpr std::uint64_t kAllPagesFree = ~std::uint64_t{1};        // page
 struct Chunk {
   std::uint64_t magic;
   std::atomic<std::uint64_t> free_pages;   // bit i set: page i is free
-  std::atomic<std::uint64_t> dirty_pages;  // bit i set: page i is free and may be resident
+  std::atomic<std::uint64_t> dirty_pages;  // bit i set: free page i may hold old data (Page state)
   std::atomic<Heap*> page_owner;           // the heap that claims pages here; null if abandoned
   Chunk* next;                              // in the page owner's list, or a global list
   Chunk* prev;
@@ -74,15 +111,20 @@ BRISK_ALWAYS_INLINE Chunk* chunk_of(std::uintptr_t p) {
 void chunk_list_push(Chunk*& head, Chunk* c);
 void chunk_list_remove(Chunk*& head, Chunk* c);
 
-// Claims n consecutive free pages (page_owner only). Returns the first page index, or 0.
+// Claims n consecutive free pages (the page owner, or another heap through chunk_claim_shared).
+// Returns the first page index, or 0.
 // Prefers pages still resident from an earlier use; *zeroed, if given, tells whether all n
-// read as zeros (never used since the chunk was mapped, or purged).
+// read as zeros (never used since the chunk was mapped, or purged), from the dirty bits the
+// claim itself cleared.
 unsigned chunk_claim_pages(Chunk* c, unsigned n, bool* zeroed = nullptr);
 // True if the chunk has a free run of n pages that are still resident.
 bool chunk_has_resident_run(Chunk* c, unsigned n);
 // Claims exactly pages [first, first+n) if all are free: in-place growth of a live block, by
 // any thread (the block keeps the chunk from being freed meanwhile).
 bool chunk_claim_pages_at(Chunk* c, unsigned first, unsigned n);
+// Test hook, null in production: chunk_claim_pages calls it with the run it chose after reading
+// the bitmaps and before its compare-and-swap, so a test can run another claim at that point.
+extern std::atomic<void (*)(Chunk* c, unsigned first, unsigned n)> g_chunk_claim_test_hook;
 // Returns pages to the chunk. True if the chunk has become entirely free.
 bool chunk_release_pages(Chunk* c, unsigned first, unsigned n);
 // Gives the resident memory of free pages back to the OS. Returns bytes.

@@ -129,8 +129,8 @@ void* finish(char* base, std::size_t map_size, std::size_t offset, std::size_t m
   h->base = base;
   h->map_size = map_size;
   h->alignment = map_align;
-  region_set(reinterpret_cast<std::uintptr_t>(p),
-             offset >= kChunkSize ? kRegionLargeAtStart : kRegionLarge);
+  auto a = reinterpret_cast<std::uintptr_t>(p);
+  region_set(a, region_large_code(a & kChunkMask));
   stats::add(stats::g.large_live_blocks, 1);
   return p;
 }
@@ -140,7 +140,9 @@ void* finish(char* base, std::size_t map_size, std::size_t offset, std::size_t m
 void* large_alloc(std::size_t size, std::size_t alignment, bool zero) {
   std::size_t offset, map_align;
   placement(alignment, &offset, &map_align);
-  if (size > (std::size_t{1} << 62) || offset > (std::size_t{1} << 62)) return nullptr;
+  // A power-of-two alignment (the entry points check it) puts p where its region byte can say.
+  if (size > (std::size_t{1} << 62) || offset > (std::size_t{1} << 62) || (alignment & (alignment - 1)) != 0)
+    return nullptr;
   std::size_t need = round_up(offset + size, kOsPageSize);
   bool clean = false;
   std::size_t resident = 0;
@@ -167,12 +169,9 @@ void* large_alloc(std::size_t size, std::size_t alignment, bool zero) {
 
 LargeHeader* large_header_of(const void* p, std::uint8_t kind) {
   auto a = reinterpret_cast<std::uintptr_t>(p);
-  std::uintptr_t in_region = a & kChunkMask;
-  // The header page below p is part of p's mapping only in these two shapes; any other pointer
-  // in the region is not a block start, and reading below it could fault.
-  bool shape_ok = kind == kRegionLargeAtStart ? in_region == 0
-                                              : (in_region >= kOsPageSize && (a & (kOsPageSize - 1)) == 0);
-  if (!shape_ok) return nullptr;
+  // Only the block start the region byte names has its header page mapped below it: past the
+  // mapping's end, the rest of the region may be unmapped.
+  if ((a & kChunkMask) != region_large_offset(kind)) return nullptr;
   auto* h = reinterpret_cast<LargeHeader*>(a - kOsPageSize);
   if (h->check != (kLargeMagic ^ a)) return nullptr;
   return h;
@@ -193,6 +192,8 @@ void large_free(void* p, LargeHeader* h) {
   platform::unmap(base, size);
   stats::add(stats::g.large_bytes_mapped, -static_cast<std::int64_t>(size));
 }
+
+std::atomic<void (*)(void*)> g_large_moved_test_hook{nullptr};
 
 void* large_realloc(void* p, LargeHeader* h, std::size_t new_size) {
   char* base = h->base;
@@ -217,18 +218,23 @@ void* large_realloc(void* p, LargeHeader* h, std::size_t new_size) {
   // keeps the alignment that the region map relies on.
   char* target = static_cast<char*>(platform::map_aligned(need, h->alignment));
   if (target == nullptr) return nullptr;
+  // Unmark p's region while the pages are still there: once they move, another thread may map
+  // a block in the space they leave and mark the region as its own.
+  auto a = reinterpret_cast<std::uintptr_t>(p);
+  std::uint8_t code = region_kind(a);
+  region_set(a, kRegionNone);
   if (!platform::remap_to(base, old, target, need)) {
+    region_set(a, code);
     platform::unmap(target, need);
     return nullptr;
   }
+  if (auto hook = g_large_moved_test_hook.load(std::memory_order_relaxed); hook != nullptr) hook(p);
   char* np = target + offset;
-  region_set(reinterpret_cast<std::uintptr_t>(p), kRegionNone);
   auto* nh = reinterpret_cast<LargeHeader*>(np - kOsPageSize);
   nh->check = kLargeMagic ^ reinterpret_cast<std::uintptr_t>(np);
   nh->base = target;
   nh->map_size = need;
-  region_set(reinterpret_cast<std::uintptr_t>(np),
-             offset >= kChunkSize ? kRegionLargeAtStart : kRegionLarge);
+  region_set(reinterpret_cast<std::uintptr_t>(np), code);  // target is aligned as base was
   stats::add(stats::g.large_bytes_mapped, static_cast<std::int64_t>(need - old));
   return np;
 }

@@ -4,9 +4,10 @@
 // Layout: [base ... header page | user block ...]. The header sits in the 4 KiB page just below
 // the user pointer p, and the region map marks p's 4 MiB region, which this mapping owns
 // exclusively (the mapping base is 4 MiB aligned, or the region starts at p for alignments of
-// 4 MiB and more).
+// 4 MiB and more), with p's place in it (region_large_code in chunk.h).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -22,12 +23,17 @@ struct LargeHeader {
 // nullptr (and no errno change) on failure; the caller sets errno. zero: contents must read 0.
 void* large_alloc(std::size_t size, std::size_t alignment, bool zero);
 // The header of p, or nullptr if p is not the start of a live large block. kind is
-// region_kind(p), already known to be kRegionLarge or kRegionLargeAtStart.
+// region_kind(p), already known to be a large block's (region_is_large). Reads no memory but
+// that header, and only for the pointer the region byte names.
 LargeHeader* large_header_of(const void* p, std::uint8_t kind);
 void large_free(void* p, LargeHeader* h);
 std::size_t large_usable_size(const void* p, const LargeHeader* h);
 // Resizes in place (mremap) or moves the pages without copying. nullptr if it cannot; p intact.
 void* large_realloc(void* p, LargeHeader* h, std::size_t new_size);
+
+// Test hook, null in production: large_realloc calls it with the old user pointer once it has
+// moved a block's pages away, so a test can stand in for another thread mapping a block there.
+extern std::atomic<void (*)(void* old_p)> g_large_moved_test_hook;
 
 // Returns every cached mapping to the OS.
 void large_cache_flush();

@@ -7,6 +7,7 @@
 // gives it addresses different from the parent's.
 #include <brisk/brisk.h>
 
+#include <errno.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -164,6 +165,61 @@ TEST_F(BadFree, InteriorPointerMedium) { EXPECT_BRISK_ABORT(FreeInterior(20000, 
 TEST_F(BadFree, InteriorPointerLarge) {
   // A page-aligned pointer into a large block.
   EXPECT_BRISK_ABORT(FreeInterior(size_t{4} << 20, size_t{1} << 20));
+}
+
+// A large block's region is 4 MiB; its mapping may end well before the region does. A pointer
+// in that gap lies in a region the map calls "large", but the page below it, where a header
+// would be, need not be mapped: brisk must refuse it without reading there.
+constexpr size_t kLargeSize = size_t{3} << 20;
+
+bool Mapped(const char* page) {
+  unsigned char v;
+  return mincore(const_cast<char*>(page), 4096, &v) == 0 || errno != ENOMEM;
+}
+
+// A page-aligned pointer in the region of p (a large block of kLargeSize) past its mapping,
+// whose page below is not mapped: p + 3 MiB + 256 KiB unless another mapping has taken the
+// space there since (the kernel reuses the trimmed tail of brisk's aligned mapping).
+char* PastLargeMapping(char* p) {
+  const size_t kChunk = size_t{4} << 20;
+  char* region_end = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(p) + kChunk) & ~(kChunk - 1));
+  for (char* q = p + kLargeSize + (size_t{256} << 10); q < region_end; q += 4096) {
+    if (!Mapped(q - 4096)) return q;
+  }
+  for (char* q = p + kLargeSize + 4096; q < region_end; q += 4096) {
+    if (!Mapped(q - 4096)) return q;
+  }
+  std::fprintf(stderr, "no unmapped page past the block in its region\n");
+  std::abort();
+}
+
+TEST_F(BadFree, PointerPastALargeMappingInItsRegion) {
+  auto body = [] {
+    auto* p = static_cast<char*>(brisk_malloc(kLargeSize));
+    std::memset(p, 1, kLargeSize);
+    char* q = PastLargeMapping(p);
+    Announce(q);
+    brisk_free(q);
+  };
+  EXPECT_BRISK_ABORT(body());
+}
+
+TEST_F(BadFree, ReallocOfAPointerPastALargeMapping) {
+  auto body = [] {
+    char* q = PastLargeMapping(static_cast<char*>(brisk_malloc(kLargeSize)));
+    Announce(q);
+    brisk_realloc(q, 100);
+  };
+  EXPECT_BRISK_ABORT(body());
+}
+
+TEST_F(BadFree, UsableSizeOfAPointerPastALargeMapping) {
+  auto body = [] {
+    char* q = PastLargeMapping(static_cast<char*>(brisk_malloc(kLargeSize)));
+    Announce(q);
+    std::fprintf(stderr, "%zu\n", brisk_usable_size(q));
+  };
+  EXPECT_BRISK_ABORT(body());
 }
 
 TEST_F(BadFree, StackAddress) {

@@ -1,5 +1,6 @@
 #include "core/chunk.h"
 
+#include <brisk/brisk.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -87,6 +88,66 @@ TEST(Chunk, AbandonedChunkIsAdoptedOrFreedWhenEmpty) {
   ASSERT_TRUE(chunk_release_pages(c, p, 1));
   chunk_release_if_abandoned_and_empty(c);
   EXPECT_EQ(chunk_adopt(fake_owner), nullptr);
+}
+
+// Bytes of [p, p+n) that are not zero.
+std::size_t NonZeroBytes(const char* p, std::size_t n) {
+  std::size_t count = 0;
+  for (std::size_t i = 0; i < n; ++i) count += p[i] != 0;
+  return count;
+}
+
+// The race of issue 7: between a claim's read of the bitmaps and its compare-and-swap, the same
+// pages are claimed, written and released again (a medium block grown in place, then shrunk).
+// free_pages is back to what the claim read, so its compare-and-swap succeeds; the pages are
+// dirty now. The hook runs that interleaving at exactly that point, once.
+int g_interleaved_runs = 0;
+void ClaimWriteRelease(Chunk* c, unsigned first, unsigned n) {
+  g_chunk_claim_test_hook.store(nullptr);
+  ++g_interleaved_runs;
+  if (!chunk_claim_pages_at(c, first, n)) return;
+  std::memset(c->page_address(first), 0xAB, std::size_t{n} << kPageShift);
+  chunk_release_pages(c, first, n);
+}
+
+TEST(Chunk, ClaimSaysZeroedOnlyForPagesThatReadAsZeros) {
+  Chunk* c = chunk_create(nullptr);
+  ASSERT_NE(c, nullptr);
+  // Control: fresh pages, nothing in between: zeroed, and they are.
+  bool zeroed = false;
+  unsigned clean = chunk_claim_pages(c, 2, &zeroed);
+  ASSERT_NE(clean, 0u);
+  EXPECT_TRUE(zeroed) << "pages never used since the chunk was mapped read as zeros";
+  EXPECT_EQ(NonZeroBytes(c->page_address(clean), 2 * kPageSize), 0u);
+
+  g_interleaved_runs = 0;
+  g_chunk_claim_test_hook.store(ClaimWriteRelease);
+  zeroed = true;
+  unsigned first = chunk_claim_pages(c, 2, &zeroed);
+  g_chunk_claim_test_hook.store(nullptr);
+  ASSERT_EQ(g_interleaved_runs, 1);
+  ASSERT_NE(first, 0u);
+  std::size_t dirty_bytes = NonZeroBytes(c->page_address(first), 2 * kPageSize);
+  EXPECT_GT(dirty_bytes, 0u) << "the interleaved claim wrote the same pages";
+  EXPECT_FALSE(zeroed) << dirty_bytes << " non-zero bytes in pages the claim called zeroed";
+  chunk_release_pages(c, clean, 2);
+  EXPECT_TRUE(chunk_release_pages(c, first, 2));
+  chunk_destroy(c);
+}
+
+TEST(Chunk, CallocReadsZerosWhenItsPagesAreReusedDuringTheClaim) {
+  // The same interleaving under a medium calloc, whose memset is skipped for pages the claim
+  // calls zeroed. Purge first, so that every free page is clean when the claim reads them.
+  brisk_thread_collect();
+  g_interleaved_runs = 0;
+  g_chunk_claim_test_hook.store(ClaimWriteRelease);
+  constexpr std::size_t kSize = 3 * kPageSize;
+  auto* p = static_cast<char*>(brisk_calloc(1, kSize));
+  g_chunk_claim_test_hook.store(nullptr);
+  ASSERT_NE(p, nullptr);
+  ASSERT_EQ(g_interleaved_runs, 1);
+  EXPECT_EQ(NonZeroBytes(p, kSize), 0u);
+  brisk_free(p);
 }
 
 }  // namespace

@@ -3,6 +3,9 @@
 #include "tests/test_util.h"
 #include <gtest/gtest.h>
 
+#include <errno.h>
+#include <sys/mman.h>
+
 #include <cstring>
 
 #include "core/chunk.h"
@@ -62,6 +65,44 @@ TEST(LargeRealloc, GrowsAndShrinksKeepingContentsAndAlignment) {
   EXPECT_GE(brisk_usable_size(s), size);
   EXPECT_LT(brisk_usable_size(s), size * 2) << "the shrink gave the tail back";
   brisk_free(s);
+}
+
+// Between a realloc's move of a large block's pages and its update of the region map, the
+// vacated address space is free: another thread may map a large block there at once, and mark
+// the region as its own. The hook stands in for that thread, doing what large_alloc does for a
+// block mapped at the old base.
+void* g_moved_from = nullptr;
+std::uint8_t g_newcomer_kind = kRegionNone;
+void NewcomerTakesTheRegion(void* old_p) {
+  g_moved_from = old_p;
+  region_set(reinterpret_cast<std::uintptr_t>(old_p), g_newcomer_kind);
+}
+
+TEST(LargeRealloc, AMoveLeavesTheVacatedRegionToItsNextOwner) {
+  constexpr std::size_t kSize = 3 << 20;
+  void* p = brisk_malloc(kSize);
+  ASSERT_NE(p, nullptr);
+  auto a = reinterpret_cast<std::uintptr_t>(p);
+  LargeHeader* h = large_header_of(p, region_kind(a));
+  ASSERT_NE(h, nullptr);
+  // Take the page right after the mapping (unless something holds it already), so that growth
+  // cannot stay in place.
+  char* end = h->base + h->map_size;
+  void* blocker = mmap(end, kOsPageSize, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+  ASSERT_TRUE(blocker == end || (blocker == MAP_FAILED && errno == EEXIST));
+  g_moved_from = nullptr;
+  g_newcomer_kind = region_kind(a);
+  g_large_moved_test_hook.store(NewcomerTakesTheRegion);
+  void* q = brisk_realloc(p, 2 * kSize);
+  g_large_moved_test_hook.store(nullptr);
+  ASSERT_NE(q, nullptr);
+  ASSERT_EQ(g_moved_from, p) << "the realloc moved the block";
+  EXPECT_EQ(int{region_kind(a)}, int{g_newcomer_kind})
+      << "the move cleared the region of the block mapped there since";
+  region_set(a, kRegionNone);  // the newcomer was a stand-in
+  EXPECT_EQ(brisk_usable_size(q), 2 * kSize);
+  brisk_free(q);
+  if (blocker == end) munmap(end, kOsPageSize);
 }
 
 TEST(MediumRealloc, GrowsInPlaceIntoFreeNeighbourPages) {

@@ -435,7 +435,7 @@ BlockRef checked_block(const void* p, const char* what) {
       fatal_pointer_error(what, p, "points inside a block, not at its start");
     return BlockRef{s, nullptr};
   }
-  if (kind == kRegionLarge || kind == kRegionLargeAtStart) {
+  if (region_is_large(kind)) {
     if (LargeHeader* lh = large_header_of(p, kind)) return BlockRef{nullptr, lh};
     fatal_pointer_error(what, p, "not the start of a block brisk handed out");
   }
