@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The README's second command: installs what it needs, builds brisk and runs the whole test
-# suite: the release build's ctest (unit, override, stress smoke, bench smoke), then the unit
+# suite: the release build's ctest (unit, override, glibc ports, stress smoke, bench smoke), then the unit
 # and threading tests under ASan+UBSan and under TSan.
 set -euo pipefail
 cd "$(dirname "$0")/.."
