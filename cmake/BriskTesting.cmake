@@ -47,3 +47,34 @@ endfunction()
 function(brisk_add_stress_smoke name)
   _brisk_add_command_test(stress ${name} ${ARGN})
 endfunction()
+
+# brisk_add_glibc_port(NAME SOURCE file.cc [TIMEOUT s])  label "glibc".
+#   A port of one of glibc's malloc tests, built without brisk and registered twice:
+#   NAME_brisk with LD_PRELOAD=libbrisk.so, and NAME_glibc without it as the control showing
+#   that what the port expects is glibc's behaviour. PORT_ALLOCATOR tells the program which
+#   allocator must be serving malloc (tests/glibc/port.h checks it). Exit code 77 is a skip.
+#   Not registered in sanitizer builds.
+function(brisk_add_glibc_port name)
+  cmake_parse_arguments(A "" "SOURCE;TIMEOUT" "" ${ARGN})
+  if(BRISK_SANITIZE)
+    return()
+  endif()
+  if(NOT A_TIMEOUT)
+    set(A_TIMEOUT 120)
+  endif()
+  add_executable(${name} ${A_SOURCE})
+  target_compile_options(${name} PRIVATE -fno-builtin -Wall -Wextra -Wno-alloc-size-larger-than
+    -Wno-use-after-free)
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})
+  target_link_libraries(${name} PRIVATE Threads::Threads ${CMAKE_DL_LIBS})
+  add_dependencies(${name} brisk_shared)
+  foreach(allocator brisk glibc)
+    set(env PORT_ALLOCATOR=${allocator})
+    if(allocator STREQUAL "brisk")
+      list(APPEND env LD_PRELOAD=$<TARGET_FILE:brisk_shared>)
+    endif()
+    add_test(NAME ${name}_${allocator} COMMAND ${name})
+    set_tests_properties(${name}_${allocator} PROPERTIES LABELS glibc TIMEOUT ${A_TIMEOUT}
+      ENVIRONMENT "${env}" SKIP_RETURN_CODE 77)
+  endforeach()
+endfunction()

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The README's second command: installs what it needs, builds brisk and runs the whole test
-# suite: the release build's ctest (unit, override, stress smoke, bench smoke), then the unit
-# and threading tests under ASan+UBSan and under TSan, both built with BRISK_ASSERT checked. It ends with one verdict line that adds
-# up every stage. BRISK_SKIP_SANITIZERS=1 runs the release stage only.
+# suite: the release build's ctest (unit, override, glibc ports, stress smoke, bench smoke),
+# then the unit and threading tests under ASan+UBSan and under TSan, both built with
+# BRISK_ASSERT checked. It ends with one verdict line that adds up every stage.
+# BRISK_SKIP_SANITIZERS=1 runs the release stage only.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/deps.sh || exit 1

@@ -380,13 +380,18 @@ void CheckErrno() {
   }
   for (size_t a : {size_t{0}, size_t{1}, size_t{4}, size_t{24}, size_t{100}}) {
     void* p = reinterpret_cast<void*>(0x1);
+    errno = 0;
     int rc = posix_memalign(&p, Opaque(a), Opaque(64));
-    CHECK(rc == EINVAL, "posix_memalign(%zu) returned %d, not EINVAL", a, rc);
+    CHECK(rc == EINVAL && errno == 0, "posix_memalign(%zu) returned %d, errno %d: not EINVAL, errno untouched", a,
+          rc, errno);
   }
   {
+    // glibc sets errno as well as returning ENOMEM, and programs written against it read errno.
     void* p = nullptr;
+    errno = 0;
     int rc = posix_memalign(&p, Opaque(64), Opaque(SIZE_MAX));
-    CHECK(rc == ENOMEM, "posix_memalign(64, SIZE_MAX) returned %d, not ENOMEM", rc);
+    CHECK(rc == ENOMEM && errno == ENOMEM, "posix_memalign(64, SIZE_MAX) returned %d, errno %d: not ENOMEM", rc,
+          errno);
   }
   bool threw = false;
   try {

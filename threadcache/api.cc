@@ -47,8 +47,12 @@ void* alloc_big(std::size_t size, std::size_t alignment, bool zero) {
   void* p;
   if (size <= kMediumMax && alignment <= kPageSize) {
     Heap* h = t_heap;
-    if (h == &g_sentinel_heap) h = heap_for_this_thread();
-    p = h != nullptr ? alloc_medium(h, size, zero) : nullptr;
+    if (h == &g_exited_heap) {
+      p = alloc_with_borrowed_heap([&](Heap* borrowed) { return alloc_medium(borrowed, size, zero); });
+    } else {
+      if (h == &g_sentinel_heap) h = heap_for_this_thread();
+      p = h != nullptr ? alloc_medium(h, size, zero) : nullptr;
+    }
   } else {
     p = large_alloc(size, alignment, zero);
   }
@@ -153,7 +157,7 @@ BRISK_EXPORT size_t brisk_usable_size(const void* p) { return usable_size_impl(p
 
 BRISK_EXPORT void brisk_thread_collect(void) {
   Heap* h = t_heap;
-  if (h != &g_sentinel_heap) {
+  if (heap_is_attached(h)) {
     heap_collect(h);
   } else {
     drain_orphans();

@@ -352,13 +352,16 @@ void drain_orphans() {
 }
 
 BRISK_NOINLINE void* alloc_refill(Heap* h, unsigned c) {
-  if (BRISK_UNLIKELY(h == &g_sentinel_heap)) {
-    h = heap_for_this_thread();
-    if (h == nullptr) {
-      errno = ENOMEM;
-      return nullptr;
+  if (BRISK_UNLIKELY(!heap_is_attached(h))) {
+    void* p;
+    if (h == &g_exited_heap) {
+      p = alloc_with_borrowed_heap([c](Heap* borrowed) { return alloc_refill(borrowed, c); });
+    } else {
+      h = heap_for_this_thread();
+      p = h != nullptr ? alloc_small(h, c) : nullptr;
     }
-    return alloc_small(h, c);
+    if (p == nullptr) errno = ENOMEM;
+    return p;
   }
   if (!h->incoming.empty()) heap_drain_incoming(h);
   if (!g_orphan_heap.incoming.empty()) drain_orphans();
@@ -460,10 +463,14 @@ BRISK_NOINLINE void free_slow(void* p) {
     // The fast path refused it only because it lies beyond the carved blocks.
     fatal_pointer_error("invalid free of", p, "never handed out");
   }
-  if (h == &g_sentinel_heap) h = heap_for_this_thread();
+  if (h == &g_exited_heap) {
+    h = nullptr;  // the thread must not own a heap again
+  } else if (h == &g_sentinel_heap) {
+    h = heap_for_this_thread();
+  }
   b->key = key;
   if (h == nullptr) {
-    send_chain(owner, b, b);  // no heap (out of memory for one): send it alone
+    send_chain(owner, b, b);  // no heap (exited thread, or out of memory for one): send it alone
     return;
   }
   if (owner == &g_orphan_heap && adopt_orphan_span(h, s)) {

@@ -74,6 +74,10 @@ class alignas(BRISK_CACHELINE) Heap {
 extern Span g_empty_span;
 extern Heap g_sentinel_heap;  // every thread's heap until its first allocation
 extern Heap g_orphan_heap;    // owner of spans whose thread exited; its queue is the orphan queue
+// The heap of a thread whose key destructor has run. It owns no span and no block, so every
+// allocation and free of that thread misses the fast paths, and the slow paths never attach a
+// heap to the thread again (heap_borrow).
+extern Heap g_exited_heap;
 extern std::uintptr_t g_free_secret;
 extern __thread Heap* t_heap __attribute__((tls_model("initial-exec")));
 
@@ -144,6 +148,19 @@ BRISK_ALWAYS_INLINE Span* own_span_of(Heap* h, const void* p) {
 
 // Slow-path helpers shared by heap.cc and heap_lifecycle.cc.
 Heap* heap_for_this_thread();          // creates the thread's heap on first use; nullptr: no memory
+inline bool heap_is_attached(const Heap* h) { return h != &g_sentinel_heap && h != &g_exited_heap; }
+// A heap attached to no thread, for one allocation of an exited thread; nullptr: no memory.
+// heap_give_back detaches it again, as at thread exit: the block's span becomes an orphan.
+Heap* heap_borrow();
+void heap_give_back(Heap* h);
+template <class Alloc>
+void* alloc_with_borrowed_heap(Alloc alloc) {
+  Heap* h = heap_borrow();
+  if (h == nullptr) return nullptr;
+  void* p = alloc(h);
+  heap_give_back(h);
+  return p;
+}
 void heap_flush_outgoing(Heap* h);
 void heap_drain_incoming(Heap* h);
 void heap_process_blocks(Heap* h, Block* chain);  // blocks sent to h, linked through next

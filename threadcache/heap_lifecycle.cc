@@ -6,6 +6,10 @@
 // (owner = the orphan heap), releases empty spans, and abandons its chunks for other heaps to
 // adopt. A block freed later by any thread reaches the orphan queue and is put back under the
 // central pool's lock: it is reclaimed, not leaked and not crashed on.
+//
+// After its heap is detached the thread never owns a heap again (t_heap = &g_exited_heap): no
+// destructor round is left to give one back. Its frees go to the owner's queue, and each of its
+// allocations borrows a heap from the pool and gives it back detached (heap_borrow).
 #include <errno.h>
 #include <pthread.h>
 
@@ -23,6 +27,7 @@ namespace brisk {
 
 constinit Heap g_sentinel_heap{&g_empty_span};
 constinit Heap g_orphan_heap{&g_empty_span};
+constinit Heap g_exited_heap{&g_empty_span};
 __thread Heap* t_heap __attribute__((tls_model("initial-exec"))) = &g_sentinel_heap;
 
 namespace {
@@ -61,6 +66,12 @@ Heap* heap_acquire() {
   h->id = g_next_heap_id++;
   stats::add(stats::g.heaps_total, 1);
   return h;
+}
+
+void heap_pool_push(Heap* h) {
+  LockGuard g(g_pool_lock);
+  h->pool_next = g_pool_head;
+  g_pool_head = h;
 }
 
 void heap_reset(Heap* h) {
@@ -117,11 +128,11 @@ void on_thread_exit(void* value) {
   auto* h = static_cast<Heap*>(value);
   if (h == nullptr) return;
   heap_detach(h);
-  t_heap = &g_sentinel_heap;
+  // Destructors of other keys, and glibc's __libc_thread_freeres after all of them, may still
+  // allocate and free on this thread; a heap attached now would never be detached again.
+  t_heap = &g_exited_heap;
   stats::add(stats::g.heaps_live, -1);
-  LockGuard g(g_pool_lock);
-  h->pool_next = g_pool_head;
-  g_pool_head = h;
+  heap_pool_push(h);
 }
 
 // fork: the child gets a copy of every lock in whatever state another thread left it. Take them
@@ -144,7 +155,7 @@ void atfork_child() {
   chunk_locks_reset_in_child();
   central_locks_reset_in_child();
   g_pool_lock.reset_after_fork();
-  stats::g.heaps_live.store(t_heap != &g_sentinel_heap ? 1 : 0, std::memory_order_relaxed);
+  stats::g.heaps_live.store(heap_is_attached(t_heap) ? 1 : 0, std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -164,6 +175,17 @@ void process_init() {
   }
   if (t_in_init) return;  // a libc call inside initialisation came back to malloc
   while (g_init_state.load(std::memory_order_acquire) != 2) sched_yield();
+}
+
+Heap* heap_borrow() {
+  Heap* h = heap_acquire();
+  if (h != nullptr) heap_reset(h);
+  return h;
+}
+
+void heap_give_back(Heap* h) {
+  heap_detach(h);
+  heap_pool_push(h);
 }
 
 Heap* heap_for_this_thread() {
