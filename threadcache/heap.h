@@ -1,6 +1,6 @@
 // Heap: one per thread, the thread cache. Call map of an allocation:
 //
-//   brisk_malloc / malloc / operator new                    (threadcache/alloc_inline.h)
+//   brisk_malloc / malloc / operator new                    (override/entry.h)
 //     -> alloc_small: pop the current span's free list      (fast path, below; no lock, no atomic)
 //        -> alloc_refill                                    (heap.cc, noinline)
 //             1. take the remote frees queued to this heap  (RemoteQueue, one exchange)
@@ -169,6 +169,12 @@ void heap_collect(Heap* h);            // brisk_thread_collect
 void heap_release_span(Heap* h, Span* s);
 void heap_unlink_span(Heap* h, Span* s);  // from h's list of all its spans
 void* alloc_medium(Heap* h, std::size_t size, bool zero);  // zero: calloc
+
+// The thread cache's slow entry points for the layers above (threadcache/thread_cache.cc).
+// A medium block from the calling thread's heap, whatever state the thread is in (no heap yet,
+// or exited); nullptr when out of memory.
+void* alloc_medium_here(std::size_t size, bool zero);
+void thread_collect();  // brisk_thread_collect
 // In-place resize of a medium block. False if it must move.
 bool medium_resize_in_place(Span* s, std::size_t new_size);
 void process_init();

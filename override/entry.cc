@@ -1,7 +1,8 @@
-// The brisk_* C API, and the out-of-line parts of the entry points: medium and large blocks,
-// realloc, aligned allocation, usable size. Every failure sets errno as the README's
-// "Bad input" table says.
-#include <brisk/brisk.h>
+// The out-of-line parts of the entry points, where the C library's rules live: errno for
+// impossible sizes, calloc's overflow, realloc's (pointer checked first, 0 frees, in place when
+// it fits), aligned allocation, usable size. Every failure sets errno as the README's
+// "Bad input" table says. Shared by malloc.cc, new.cc and brisk_api.cc.
+#include "override/entry.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -12,7 +13,6 @@
 #include "core/large.h"
 #include "core/report.h"
 #include "core/stats.h"
-#include "threadcache/alloc_inline.h"
 
 namespace brisk {
 namespace {
@@ -44,18 +44,8 @@ void* alloc_big(std::size_t size, std::size_t alignment, bool zero) {
     errno = ENOMEM;
     return nullptr;
   }
-  void* p;
-  if (size <= kMediumMax && alignment <= kPageSize) {
-    Heap* h = t_heap;
-    if (h == &g_exited_heap) {
-      p = alloc_with_borrowed_heap([&](Heap* borrowed) { return alloc_medium(borrowed, size, zero); });
-    } else {
-      if (h == &g_sentinel_heap) h = heap_for_this_thread();
-      p = h != nullptr ? alloc_medium(h, size, zero) : nullptr;
-    }
-  } else {
-    p = large_alloc(size, alignment, zero);
-  }
+  void* p = size <= kMediumMax && alignment <= kPageSize ? alloc_medium_here(size, zero)
+                                                         : large_alloc(size, alignment, zero);
   if (p == nullptr) errno = ENOMEM;
   return p;
 }
@@ -140,47 +130,3 @@ std::size_t usable_size_impl(const void* p) {
 }
 
 }  // namespace brisk
-
-using namespace brisk;
-
-extern "C" {
-
-BRISK_EXPORT void* brisk_malloc(size_t size) { return malloc_inline(size); }
-BRISK_EXPORT void* brisk_calloc(size_t count, size_t size) { return calloc_inline(count, size); }
-BRISK_EXPORT void* brisk_realloc(void* p, size_t size) { return realloc_impl(p, size); }
-BRISK_EXPORT void brisk_free(void* p) { free_inline(p); }
-BRISK_EXPORT void brisk_free_sized(void* p, size_t) { free_inline(p); }
-BRISK_EXPORT void* brisk_aligned_alloc(size_t alignment, size_t size) {
-  return aligned_alloc_impl(alignment, size);
-}
-BRISK_EXPORT size_t brisk_usable_size(const void* p) { return usable_size_impl(p); }
-
-BRISK_EXPORT void brisk_thread_collect(void) {
-  Heap* h = t_heap;
-  if (heap_is_attached(h)) {
-    heap_collect(h);
-  } else {
-    drain_orphans();
-    large_cache_flush();
-  }
-}
-
-BRISK_EXPORT void brisk_get_stats(brisk_stats* out) {
-  if (out == nullptr) return;
-  auto& g = stats::g;
-  auto rd = [](const std::atomic<uint64_t>& c) { return c.load(std::memory_order_relaxed); };
-  out->chunks_mapped = rd(g.chunks_mapped);
-  out->chunk_bytes_mapped = rd(g.chunks_mapped) * kChunkSize;
-  out->large_bytes_mapped = rd(g.large_bytes_mapped);
-  out->large_bytes_cached = rd(g.large_bytes_cached);
-  out->large_live_blocks = rd(g.large_live_blocks);
-  out->os_map_calls = rd(g.os_map_calls);
-  out->os_unmap_calls = rd(g.os_unmap_calls);
-  out->os_decommit_calls = rd(g.os_decommit_calls);
-  out->heaps_live = rd(g.heaps_live);
-  out->heaps_total = rd(g.heaps_total);
-  out->spans_orphaned = rd(g.spans_orphaned);
-  out->chunk_bytes_cached = rd(g.chunks_cached) * kChunkSize;
-}
-
-}  // extern "C"

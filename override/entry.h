@@ -1,6 +1,6 @@
-// The allocation entry points as inline functions, shared by the brisk_* API (api.cc) and the
-// malloc/operator new replacements (core/override.cc), so that both get the fast paths inlined
-// with no call between the entry point and the thread cache.
+// The entry layer's inline entry points, shared by the brisk_* API (brisk_api.cc) and the
+// malloc and operator new replacements (malloc.cc, new.cc), so that each gets the thread
+// cache's fast paths inlined with no call in between. Their out-of-line parts are in entry.cc.
 #pragma once
 
 #include <errno.h>

@@ -1,0 +1,46 @@
+// The brisk_* C API (include/brisk/brisk.h): the same entry points as malloc and free, under
+// brisk's own names, plus what only brisk offers (collect, statistics). Built into every
+// library, the non-replacing brisk_core included.
+#include <brisk/brisk.h>
+
+#include <atomic>
+
+#include "core/config.h"
+#include "core/stats.h"
+#include "override/entry.h"
+
+using namespace brisk;
+
+extern "C" {
+
+BRISK_EXPORT void* brisk_malloc(size_t size) { return malloc_inline(size); }
+BRISK_EXPORT void* brisk_calloc(size_t count, size_t size) { return calloc_inline(count, size); }
+BRISK_EXPORT void* brisk_realloc(void* p, size_t size) { return realloc_impl(p, size); }
+BRISK_EXPORT void brisk_free(void* p) { free_inline(p); }
+BRISK_EXPORT void brisk_free_sized(void* p, size_t) { free_inline(p); }
+BRISK_EXPORT void* brisk_aligned_alloc(size_t alignment, size_t size) {
+  return aligned_alloc_impl(alignment, size);
+}
+BRISK_EXPORT size_t brisk_usable_size(const void* p) { return usable_size_impl(p); }
+
+BRISK_EXPORT void brisk_thread_collect(void) { thread_collect(); }
+
+BRISK_EXPORT void brisk_get_stats(brisk_stats* out) {
+  if (out == nullptr) return;
+  auto& g = stats::g;
+  auto rd = [](const std::atomic<uint64_t>& c) { return c.load(std::memory_order_relaxed); };
+  out->chunks_mapped = rd(g.chunks_mapped);
+  out->chunk_bytes_mapped = rd(g.chunks_mapped) * kChunkSize;
+  out->large_bytes_mapped = rd(g.large_bytes_mapped);
+  out->large_bytes_cached = rd(g.large_bytes_cached);
+  out->large_live_blocks = rd(g.large_live_blocks);
+  out->os_map_calls = rd(g.os_map_calls);
+  out->os_unmap_calls = rd(g.os_unmap_calls);
+  out->os_decommit_calls = rd(g.os_decommit_calls);
+  out->heaps_live = rd(g.heaps_live);
+  out->heaps_total = rd(g.heaps_total);
+  out->spans_orphaned = rd(g.spans_orphaned);
+  out->chunk_bytes_cached = rd(g.chunks_cached) * kChunkSize;
+}
+
+}  // extern "C"

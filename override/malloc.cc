@@ -1,0 +1,91 @@
+// Replaces every C allocation function glibc exports (new.cc replaces operator new and
+// delete). Built only into libbrisk.so and libbrisk.a (BRISK_OVERRIDE); brisk_core keeps the
+// system malloc.
+//
+// All of them must be here: a missing one (pvalloc, say) would let glibc's version hand a
+// foreign pointer to brisk's free. Each is a thin shell over the inline entry points
+// (entry.h), so malloc's body is the thread cache's fast path; the rules that differ between
+// them (memalign's rounding, posix_memalign's result, pvalloc's page rounding,
+// reallocarray's overflow) are here.
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "override/entry.h"
+
+#ifndef BRISK_OVERRIDE
+#error "malloc.cc is built only into the replacing libraries"
+#endif
+
+using namespace brisk;
+
+namespace {
+
+std::size_t round_to_page(std::size_t n, bool* overflow) {
+  *overflow = n > SIZE_MAX - (kOsPageSize - 1);
+  return (n + kOsPageSize - 1) & ~(kOsPageSize - 1);
+}
+
+}  // namespace
+
+extern "C" {
+
+BRISK_EXPORT void* malloc(size_t size) noexcept { return malloc_inline(size); }
+BRISK_EXPORT void free(void* p) noexcept { free_inline(p); }
+BRISK_EXPORT void cfree(void* p) noexcept { free_inline(p); }
+BRISK_EXPORT void* calloc(size_t count, size_t size) noexcept { return calloc_inline(count, size); }
+BRISK_EXPORT void* realloc(void* p, size_t size) noexcept { return realloc_impl(p, size); }
+
+BRISK_EXPORT void* reallocarray(void* p, size_t count, size_t size) noexcept {
+  size_t total;
+  if (__builtin_mul_overflow(count, size, &total)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return realloc_impl(p, total);
+}
+
+BRISK_EXPORT void* aligned_alloc(size_t alignment, size_t size) noexcept {
+  return aligned_alloc_impl(alignment, size);
+}
+
+// glibc's memalign accepts any alignment and rounds it up to a power of two.
+BRISK_EXPORT void* memalign(size_t alignment, size_t size) noexcept {
+  if (alignment <= kMinAlign) return malloc_inline(size);
+  if ((alignment & (alignment - 1)) != 0) {
+    if (alignment > (SIZE_MAX >> 1) + 1) {
+      errno = EINVAL;
+      return nullptr;
+    }
+    alignment = size_t{1} << (64 - __builtin_clzll(alignment));
+  }
+  return aligned_alloc_impl(alignment, size);
+}
+
+BRISK_EXPORT int posix_memalign(void** out, size_t alignment, size_t size) noexcept {
+  if (alignment < sizeof(void*) || (alignment & (alignment - 1)) != 0) return EINVAL;
+  void* p = aligned_alloc_impl(alignment, size);
+  // ENOMEM is both returned and left in errno, as glibc does: programs written against glibc
+  // (its tst-malloc-thread-fail among them) read errno after a failure.
+  if (p == nullptr) return errno;
+  *out = p;
+  return 0;
+}
+
+BRISK_EXPORT void* valloc(size_t size) noexcept { return aligned_alloc_impl(kOsPageSize, size); }
+
+BRISK_EXPORT void* pvalloc(size_t size) noexcept {
+  bool overflow;
+  size_t rounded = round_to_page(size == 0 ? 1 : size, &overflow);
+  if (overflow) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return aligned_alloc_impl(kOsPageSize, rounded);
+}
+
+BRISK_EXPORT size_t malloc_usable_size(void* p) noexcept { return usable_size_impl(p); }
+BRISK_EXPORT void free_sized(void* p, size_t) noexcept { free_inline(p); }
+BRISK_EXPORT void free_aligned_sized(void* p, size_t, size_t) noexcept { free_inline(p); }
+
+}  // extern "C"
