@@ -217,12 +217,16 @@ void* large_realloc(void* p, LargeHeader* h, std::size_t new_size) {
   // keeps the alignment that the region map relies on.
   char* target = static_cast<char*>(platform::map_aligned(need, h->alignment));
   if (target == nullptr) return nullptr;
+  // The old range is unmapped the moment remap_to returns, and another thread may map it at
+  // once and record its own block in the same region-map entry: clear p's entry before.
+  std::uint8_t kind = region_kind(reinterpret_cast<std::uintptr_t>(p));
+  region_set(reinterpret_cast<std::uintptr_t>(p), kRegionNone);
   if (!platform::remap_to(base, old, target, need)) {
+    region_set(reinterpret_cast<std::uintptr_t>(p), kind);
     platform::unmap(target, need);
     return nullptr;
   }
   char* np = target + offset;
-  region_set(reinterpret_cast<std::uintptr_t>(p), kRegionNone);
   auto* nh = reinterpret_cast<LargeHeader*>(np - kOsPageSize);
   nh->check = kLargeMagic ^ reinterpret_cast<std::uintptr_t>(np);
   nh->base = target;
