@@ -10,8 +10,10 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +23,7 @@
 #include <thread>
 
 #include "core/config.h"
+#include "tests/test_util.h"
 
 extern "C" void* __libc_malloc(size_t size);  // glibc's own malloc, whatever malloc resolves to
 
@@ -284,6 +287,51 @@ TEST_F(BadFree, AWriteIntoARemotelyFreedBlockIsCaughtWhenItsChainIsDrained) {
     std::exit(0);
   };
   EXPECT_BRISK_ABORT(body());
+}
+
+// Two threads freeing the same foreign block at the same instant: exactly one free may pass.
+// Each round runs in its own child (the correct outcome aborts it): the child's main thread
+// allocates the block, two new threads meet at a spin barrier and free it. A child that exits
+// normally let both frees through.
+TEST_F(BadFree, TwoThreadsFreeingOneForeignBlockAtOnceAreCaught) {
+  const int rounds = 100 / brisk_test::kScale;
+  int caught = 0;
+  for (int r = 0; r < rounds; ++r) {
+    int fds[2];
+    ASSERT_EQ(pipe(fds), 0);
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      dup2(fds[1], 2);
+      close(fds[0]);
+      alarm(20);  // a hang fails the round (SIGALRM) instead of the whole test run
+      void* p = brisk_malloc(64);
+      std::atomic<int> arrived{0};
+      auto racer = [&] {
+        arrived.fetch_add(1);
+        while (arrived.load() < 2) {
+        }
+        brisk_free(p);
+      };
+      std::thread a(racer), b(racer);
+      a.join();
+      b.join();
+      _exit(0);
+    }
+    close(fds[1]);
+    std::string err;
+    char buf[512];
+    for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) err.append(buf, static_cast<size_t>(n));
+    close(fds[0]);
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT)
+        << "round " << r << " of " << rounds << ": both frees passed (" << caught << " rounds caught before)"
+        << (WIFEXITED(status) ? "" : ", or the child died otherwise") << "; stderr: " << err;
+    ASSERT_NE(err.find("brisk: double free of"), std::string::npos) << err;
+    ++caught;
+  }
+  EXPECT_EQ(caught, rounds);
 }
 
 }  // namespace

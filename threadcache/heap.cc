@@ -1,6 +1,7 @@
 // Heap slow paths: refill, spans, remote frees, the orphan queue. The call map is in heap.h.
 #include "threadcache/heap.h"
 
+#include <atomic>
 #include <cstring>
 
 #include "core/central_pool.h"
@@ -479,8 +480,12 @@ BRISK_NOINLINE void free_slow(void* p) {
     if (b->key == code.key) fatal_pointer_error("double free of", p, nullptr);
     fatal_pointer_error("invalid free of", p, "never handed out");
   }
-  if (b->key == code.key) fatal_pointer_error("double free of", p, nullptr);
-  b->key = code.key;
+  // A remote free claims the block by setting its key in one atomic exchange: of two threads
+  // freeing it at once, exactly one reads a value other than the key, so the block joins one
+  // outgoing batch only. (The owner's free_fast checks and sets the key without an atomic; a
+  // free by the owner racing with a remote free of the same block is not caught.)
+  if (std::atomic_ref<std::uintptr_t>(b->key).exchange(code.key, std::memory_order_relaxed) == code.key)
+    fatal_pointer_error("double free of", p, nullptr);
   if (h == &g_sentinel_heap) h = heap_for_this_thread();
   if (h == nullptr) {
     send_chain(owner, b, b);  // no heap (out of memory for one): send it alone
