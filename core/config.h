@@ -54,6 +54,13 @@ inline constexpr std::size_t kRemoteBatchBytes = 256 * 1024;
 // recreate spans every iteration.
 inline constexpr unsigned kRetainedLargeSpans = 16;
 
+// Free-list links are stored XOR a secret per-block mask (core/free_key.h), and alloc_small
+// checks each decoded link, so an overwritten link in a freed block cannot make malloc return
+// an address of the writer's choice. It costs a multiply and a check per allocation: malloc
+// 20 -> 30 instructions to its ret, and about 1 ns (+10%) per malloc+free pair on this
+// project's VMs (README, "Bad input"). Set it to false to trade that protection for the time.
+inline constexpr bool kEncodeFreeLinks = true;
+
 static_assert(kRetainedLargeSpans > 0 && kRetainedLargeSpans < 256, "Heap keeps the count in a byte");
 static_assert(kPagesPerChunk == 64, "the chunk's free-page set is one 64-bit word");
 static_assert(kSmallMax <= kMaxSmallSpanPages * kPageSize / 8,

@@ -20,10 +20,11 @@ namespace brisk {
 
 class Heap;
 
-// A free block: word 0 links it into a free list or a remote queue; word 1 holds the free key
-// (secret ^ address) while the block is free, so a second free of it is seen in one compare.
+// A free block: word 0 links it into a free list or a remote queue, encoded; word 1 holds the
+// free key while the block is free, so a second free of it is seen in one compare. Both are
+// written and read only through core/free_key.h.
 struct Block {
-  Block* next;
+  std::uintptr_t link;
   std::uintptr_t key;
 };
 

@@ -24,7 +24,7 @@ std::size_t checked_usable(const void* p, Span** span_out, LargeHeader** large_o
   *span_out = ref.span;
   *large_out = ref.large;
   if (ref.large != nullptr) return large_usable_size(p, ref.large);
-  if (static_cast<const Block*>(p)->key == (g_free_secret ^ reinterpret_cast<std::uintptr_t>(p)))
+  if (static_cast<const Block*>(p)->key == free_key(p))
     fatal_pointer_error("use of freed block", p, nullptr);
   return ref.span->block_size;
 }
@@ -69,7 +69,7 @@ void* realloc_impl(void* p, std::size_t size) {
     void* q = alloc_small(h, size_to_class(size));
     if (q == nullptr) return nullptr;  // errno is set; p is intact
     std::memcpy(q, p, usable < size ? usable : size);
-    free_to_own_span(h, s, static_cast<Block*>(p), g_free_secret ^ reinterpret_cast<std::uintptr_t>(p));
+    free_to_own_span(h, s, static_cast<Block*>(p), free_code(reinterpret_cast<std::uintptr_t>(p)));
     return q;
   }
   // p is validated before the size is looked at, so a foreign or freed pointer is reported

@@ -11,8 +11,10 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +23,9 @@
 #include <string>
 #include <thread>
 #include <utility>
+
+#include "core/config.h"
+#include "tests/test_util.h"
 
 extern "C" void* __libc_malloc(size_t size);  // glibc's own malloc, whatever malloc resolves to
 
@@ -335,6 +340,105 @@ TEST_F(BadFree, UsableAfterValidFrees) {
         std::exit(0);
       },
       testing::ExitedWithCode(0), "");
+}
+
+// The tcache-poisoning attack that glibc 2.32's safe-linking closed: a one-word linear overflow
+// from a live block into the freed block just after it overwrites that block's free-list link
+// with a chosen address. Unencoded links made the second malloc that followed return it.
+alignas(64) unsigned char g_chosen_target[256];
+
+TEST_F(BadFree, OneWordOverflowIntoAFreedBlockNeverYieldsTheChosenAddress) {
+  if (!brisk::kEncodeFreeLinks) GTEST_SKIP() << "built with kEncodeFreeLinks = false";
+  auto body = [] {
+    constexpr int kBlocks = 256;
+    char* v[kBlocks];
+    for (auto& b : v) b = static_cast<char*>(brisk_malloc(64));
+    // Two adjacent 64-byte blocks from the current span (the last ones handed out).
+    int k = kBlocks - 2;
+    while (k >= 0 && v[k + 1] != v[k] + 64) --k;
+    if (k < 0) {
+      std::fprintf(stderr, "no two adjacent blocks\n");
+      std::exit(0);
+    }
+    char* live = v[k];
+    char* freed = v[k + 1];
+    brisk_free(freed);
+    Announce(freed);
+    auto chosen = reinterpret_cast<uintptr_t>(g_chosen_target);
+    std::memcpy(live + 64, &chosen, sizeof chosen);  // the overflow: word 0 of the freed block
+    void* first = brisk_malloc(64);
+    void* second = brisk_malloc(64);
+    std::fprintf(stderr, "first=%p (freed %p) second=%p (chosen %p)\n", first, static_cast<void*>(freed), second,
+                 static_cast<void*>(g_chosen_target));
+    std::exit(0);  // not caught: fails the death test, and the line above says what came back
+  };
+  EXPECT_BRISK_ABORT(body());
+}
+
+// The same write into a block on its way back to its owner (a remote-free chain): the owner's
+// next refill drains the chain and must not follow the forged link.
+TEST_F(BadFree, AWriteIntoARemotelyFreedBlockIsCaughtWhenItsChainIsDrained) {
+  if (!brisk::kEncodeFreeLinks) GTEST_SKIP() << "built with kEncodeFreeLinks = false";
+  auto body = [] {
+    void* p = brisk_malloc(64);
+    void* q = brisk_malloc(64);
+    // The thread's exit sends its outgoing batch (p, then q) to this thread's queue.
+    std::thread([p, q] {
+      brisk_free(q);
+      brisk_free(p);
+    }).join();
+    Announce(p);
+    auto chosen = reinterpret_cast<uintptr_t>(g_chosen_target);
+    std::memcpy(p, &chosen, sizeof chosen);  // a use after free of p: its link word
+    brisk_malloc(20000);  // a class this thread never used: refills, draining the queue
+    std::exit(0);
+  };
+  EXPECT_BRISK_ABORT(body());
+}
+
+// Two threads freeing the same foreign block at the same instant: exactly one free may pass.
+// Each round runs in its own child (the correct outcome aborts it): the child's main thread
+// allocates the block, two new threads meet at a spin barrier and free it. A child that exits
+// normally let both frees through.
+TEST_F(BadFree, TwoThreadsFreeingOneForeignBlockAtOnceAreCaught) {
+  const int rounds = 100 / brisk_test::kScale;
+  int caught = 0;
+  for (int r = 0; r < rounds; ++r) {
+    int fds[2];
+    ASSERT_EQ(pipe(fds), 0);
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      dup2(fds[1], 2);
+      close(fds[0]);
+      alarm(20);  // a hang fails the round (SIGALRM) instead of the whole test run
+      void* p = brisk_malloc(64);
+      std::atomic<int> arrived{0};
+      auto racer = [&] {
+        arrived.fetch_add(1);
+        while (arrived.load() < 2) {
+        }
+        brisk_free(p);
+      };
+      std::thread a(racer), b(racer);
+      a.join();
+      b.join();
+      _exit(0);
+    }
+    close(fds[1]);
+    std::string err;
+    char buf[512];
+    for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) err.append(buf, static_cast<size_t>(n));
+    close(fds[0]);
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT)
+        << "round " << r << " of " << rounds << ": both frees passed (" << caught << " rounds caught before)"
+        << (WIFEXITED(status) ? "" : ", or the child died otherwise") << "; stderr: " << err;
+    ASSERT_NE(err.find("brisk: double free of"), std::string::npos) << err;
+    ++caught;
+  }
+  EXPECT_EQ(caught, rounds);
 }
 
 }  // namespace

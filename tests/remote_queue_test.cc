@@ -28,7 +28,7 @@ TEST(RemoteQueue, EveryBlockArrivesExactlyOnceUnderContention) {
       Block* base = &blocks[static_cast<std::size_t>(t) * kPerProducer];
       for (int i = 0; i < kPerProducer; i += kBatch) {
         int n = std::min(kBatch, kPerProducer - i);
-        for (int j = 0; j + 1 < n; ++j) base[i + j].next = &base[i + j + 1];
+        for (int j = 0; j + 1 < n; ++j) set_link(&base[i + j], &base[i + j + 1]);
         ASSERT_TRUE(q.push(&base[i], &base[i + n - 1]));
       }
       done.fetch_add(1);
@@ -37,7 +37,7 @@ TEST(RemoteQueue, EveryBlockArrivesExactlyOnceUnderContention) {
   std::size_t received = 0;
   auto consume = [&] {
     for (Block* b = q.take_all(); b != nullptr;) {
-      Block* next = b->next;
+      auto* next = reinterpret_cast<Block*>(decoded_link(b));
       auto index = static_cast<std::size_t>(b - blocks.data());
       ASSERT_LT(index, blocks.size());
       ASSERT_EQ(seen[index], 0) << "block " << index << " arrived twice";
@@ -59,7 +59,7 @@ TEST(RemoteQueue, CloseReturnsWhatWasQueuedAndRefusesMore) {
   ASSERT_TRUE(q.push(&a, &a));
   Block* got = q.close();
   EXPECT_EQ(got, &a);
-  EXPECT_EQ(a.next, nullptr);
+  EXPECT_EQ(decoded_link(&a), 0u);
   EXPECT_FALSE(q.push(&b, &b));
   EXPECT_TRUE(q.empty());
   EXPECT_EQ(q.take_all(), nullptr);

@@ -1,6 +1,7 @@
 // Heap slow paths: refill, spans, remote frees, the orphan queue. The call map is in heap.h.
 #include "threadcache/heap.h"
 
+#include <atomic>
 #include <cstring>
 
 #include "core/central_pool.h"
@@ -13,7 +14,6 @@
 namespace brisk {
 
 constinit Span g_empty_span{.block_size = 1};
-std::uintptr_t g_free_secret = 0;
 
 namespace {
 
@@ -33,9 +33,10 @@ void carve(Span* s) {
   char* p = first;
   for (std::uint32_t i = 0; i < n; ++i, p += bs) {
     auto* b = reinterpret_cast<Block*>(p);
-    b->next = i + 1 < n ? reinterpret_cast<Block*>(p + bs) : s->free;
+    FreeCode code = free_code(reinterpret_cast<std::uintptr_t>(p));
+    set_link(b, i + 1 < n ? reinterpret_cast<Block*>(p + bs) : s->free, code.link_mask);
     // A never-handed-out block carries the free key too: freeing it is caught as a double free.
-    b->key = g_free_secret ^ reinterpret_cast<std::uintptr_t>(p);
+    b->key = code.key;
   }
   s->free = reinterpret_cast<Block*>(first);
   s->carved_bytes += n * bs;
@@ -209,7 +210,7 @@ void outgoing_add(Heap* h, Heap* dest, Block* b, std::size_t size) {
     flush_batch(o);
     o.dest = dest;
   }
-  b->next = o.head;
+  set_link(b, o.head);
   o.head = b;
   if (o.tail == nullptr) o.tail = b;
   o.bytes += size;
@@ -228,7 +229,7 @@ void process_owned_block(Heap* h, Block* b) {
   }
   if (a - reinterpret_cast<std::uintptr_t>(s->start) >= s->carved_bytes)
     fatal_pointer_error("invalid free of", b, "never handed out");
-  free_to_own_span(h, s, b, b->key);
+  free_to_own_span(h, s, b, free_code(a));
 }
 
 // A thread freeing into a span whose owner exited takes the span over (one lock round-trip)
@@ -265,7 +266,7 @@ void process_orphan_block(Block* b) {
     fatal_pointer_error("invalid free of", b, "never handed out");
   }
   Block* old = s->free;
-  b->next = old;
+  set_link(b, old);
   s->free = b;
   if (--s->used == 0) {
     if (s->listed) pool.remove(s);
@@ -334,9 +335,28 @@ void heap_flush_outgoing(Heap* h) {
 
 void heap_drain_incoming(Heap* h) { heap_process_blocks(h, h->incoming.take_all()); }
 
+namespace {
+
+// The next block of a chain of remote frees. A chain crosses spans and chunks, so a sound link
+// is null or a 16-byte aligned address in a brisk chunk; anything else was written after the
+// free.
+Block* chain_next(const Block* b) {
+  std::uintptr_t next = decoded_link(b);
+  if (kEncodeFreeLinks && next != 0 && ((next & (kMinAlign - 1)) != 0 || region_kind(next) != kRegionChunk))
+    free_list_damaged(b);
+  return reinterpret_cast<Block*>(next);
+}
+
+}  // namespace
+
+void free_list_damaged(const Block* b) {
+  fatal_pointer_error("damaged free list: the link in freed block", b,
+                      "was written after the free (a use after free, or an overflow of the block before it)");
+}
+
 void heap_process_blocks(Heap* h, Block* b) {
   while (b != nullptr) {
-    Block* next = b->next;
+    Block* next = chain_next(b);
     process_owned_block(h, b);
     b = next;
   }
@@ -345,7 +365,7 @@ void heap_process_blocks(Heap* h, Block* b) {
 void drain_orphans() {
   Block* b = g_orphan_heap.incoming.take_all();
   while (b != nullptr) {
-    Block* next = b->next;
+    Block* next = chain_next(b);
     process_orphan_block(b);
     b = next;
   }
@@ -455,27 +475,32 @@ BRISK_NOINLINE void free_slow(void* p) {
   }
   Span* s = ref.span;
   auto* b = static_cast<Block*>(p);
-  std::uintptr_t key = g_free_secret ^ a;
-  if (b->key == key) fatal_pointer_error("double free of", p, nullptr);
+  FreeCode code = free_code(a);
   Heap* owner = s->owner.load(std::memory_order_acquire);
   Heap* h = t_heap;
   if (owner == h) {
-    // The fast path refused it only because it lies beyond the carved blocks.
+    // The fast path refused it: it is free already, or lies beyond the carved blocks.
+    if (b->key == code.key) fatal_pointer_error("double free of", p, nullptr);
     fatal_pointer_error("invalid free of", p, "never handed out");
   }
+  // A remote free claims the block by setting its key in one atomic exchange: of two threads
+  // freeing it at once, exactly one reads a value other than the key, so the block joins one
+  // outgoing batch only. (The owner's free_fast checks and sets the key without an atomic; a
+  // free by the owner racing with a remote free of the same block is not caught.)
+  if (std::atomic_ref<std::uintptr_t>(b->key).exchange(code.key, std::memory_order_relaxed) == code.key)
+    fatal_pointer_error("double free of", p, nullptr);
   if (h == &g_exited_heap) {
     h = nullptr;  // the thread must not own a heap again
   } else if (h == &g_sentinel_heap) {
     h = heap_for_this_thread();
   }
-  b->key = key;
   if (h == nullptr) {
     send_chain(owner, b, b);  // no heap (exited thread, or out of memory for one): send it alone
     return;
   }
   if (owner == &g_orphan_heap && adopt_orphan_span(h, s)) {
     // The span is ours now: this free, and the next ones into it, are local.
-    free_to_own_span(h, s, b, key);
+    free_to_own_span(h, s, b, code);
     return;
   }
   outgoing_add(h, owner, b, s->block_size);

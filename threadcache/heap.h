@@ -23,6 +23,7 @@
 
 #include "core/chunk.h"
 #include "core/config.h"
+#include "core/free_key.h"
 #include "core/hints.h"
 #include "core/size_class.h"
 #include "core/span.h"
@@ -78,7 +79,6 @@ extern Heap g_orphan_heap;    // owner of spans whose thread exited; its queue i
 // allocation and free of that thread misses the fast paths, and the slow paths never attach a
 // heap to the thread again (heap_borrow).
 extern Heap g_exited_heap;
-extern std::uintptr_t g_free_secret;
 extern __thread Heap* t_heap __attribute__((tls_model("initial-exec")));
 
 struct LargeHeader;
@@ -93,6 +93,9 @@ struct BlockRef {
 BlockRef checked_block(const void* p, const char* what);
 
 void* alloc_refill(Heap* h, unsigned size_class);
+// Reports (and aborts on) a link in freed block b that decodes to no block: b was written after
+// it was freed, or by an overflow of the block before it.
+[[noreturn]] BRISK_COLD void free_list_damaged(const Block* b);
 void free_slow(void* p);
 void free_local_adjust(Heap* h, Span* s);
 
@@ -101,17 +104,24 @@ BRISK_ALWAYS_INLINE void* alloc_small(Heap* h, unsigned c) {
   Span* s = h->current[c];
   Block* b = s->free;
   if (BRISK_UNLIKELY(b == nullptr)) return alloc_refill(h, c);
-  s->free = b->next;
+  auto a = reinterpret_cast<std::uintptr_t>(b);
+  std::uintptr_t next = decoded_link(b, free_code(a).link_mask);
+  // A free list stays inside one span, so a sound link is null or a 16-byte aligned address in
+  // b's chunk: one test of (next ^ a) against the chunk-and-alignment bits. A damaged link
+  // decodes to a random value and fails it (null fails it too, and is let through after).
+  constexpr std::uintptr_t kForeignBits = ~kChunkMask | (kMinAlign - 1);
+  if (kEncodeFreeLinks && BRISK_UNLIKELY(((next ^ a) & kForeignBits) != 0) && next != 0) free_list_damaged(b);
+  s->free = reinterpret_cast<Block*>(next);
   s->used++;
   b->key = 0;  // a live block never carries the free key
   return b;
 }
 
 // Pushes a validated block on the free list of its span, which h owns.
-BRISK_ALWAYS_INLINE void free_to_own_span(Heap* h, Span* s, Block* b, std::uintptr_t key) {
+BRISK_ALWAYS_INLINE void free_to_own_span(Heap* h, Span* s, Block* b, FreeCode code) {
   Block* old = s->free;
-  b->next = old;
-  b->key = key;
+  set_link(b, old, code.link_mask);
+  b->key = code.key;
   s->free = b;
   if (BRISK_UNLIKELY(--s->used == 0 || old == nullptr)) free_local_adjust(h, s);
 }
@@ -126,11 +136,11 @@ BRISK_ALWAYS_INLINE void free_fast(void* p) {
   Heap* h = t_heap;
   std::uintptr_t offset = a - reinterpret_cast<std::uintptr_t>(s->start);
   auto* b = static_cast<Block*>(p);
-  std::uintptr_t key = g_free_secret ^ a;
+  FreeCode code = free_code(a);
   if (BRISK_UNLIKELY(s->owner.load(std::memory_order_relaxed) != h || offset >= s->carved_bytes ||
-                     !s->is_block_start(offset) || b->key == key))
+                     !s->is_block_start(offset) || b->key == code.key))
     return free_slow(p);
-  free_to_own_span(h, s, b, key);
+  free_to_own_span(h, s, b, code);
 }
 
 // The span of p if p is a valid live block of a span this heap owns (what free_fast checks),
@@ -141,7 +151,7 @@ BRISK_ALWAYS_INLINE Span* own_span_of(Heap* h, const void* p) {
   Span* s = chunk_of(a)->span_of(a);
   std::uintptr_t offset = a - reinterpret_cast<std::uintptr_t>(s->start);
   if (s->owner.load(std::memory_order_relaxed) != h || offset >= s->carved_bytes ||
-      !s->is_block_start(offset) || static_cast<const Block*>(p)->key == (g_free_secret ^ a))
+      !s->is_block_start(offset) || static_cast<const Block*>(p)->key == free_code(a).key)
     return nullptr;
   return s;
 }

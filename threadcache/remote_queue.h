@@ -1,7 +1,7 @@
 // RemoteQueue: the intrusive multi-producer, single-consumer queue through which blocks freed by
 // other threads travel back to the heap that owns their span.
 //
-// Producers push a whole chain (first..last, already linked through Block::next) with one
+// Producers push a whole chain (first..last, already linked through Block::link) with one
 // compare-and-swap, so a batch of up to kRemoteBatch blocks costs one atomic operation. The
 // consumer takes everything with one exchange. Links live in the freed blocks themselves: the
 // remote-free path allocates nothing. Push-only producers plus a take-all consumer have no ABA
@@ -13,18 +13,19 @@
 
 #include <atomic>
 
+#include "core/free_key.h"
 #include "core/hints.h"
-#include "core/span.h"
 
 namespace brisk {
 
 class RemoteQueue {
  public:
   bool push(Block* first, Block* last) {
+    std::uintptr_t last_mask = free_code(reinterpret_cast<std::uintptr_t>(last)).link_mask;
     Block* h = head_.load(std::memory_order_relaxed);
     do {
       if (BRISK_UNLIKELY(h == closed())) return false;
-      last->next = h;
+      set_link(last, h, last_mask);
     } while (!head_.compare_exchange_weak(h, first, std::memory_order_release, std::memory_order_relaxed));
     return true;
   }

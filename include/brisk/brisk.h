@@ -8,7 +8,9 @@
  *   - brisk_aligned_alloc returns NULL with errno = EINVAL when alignment is not a power of two.
  *   - brisk_free of a pointer brisk never handed out, of a pointer into the middle of a block,
  *     or of a block that is already free, prints one line naming the pointer to stderr and
- *     aborts. It never hands the same block out twice.
+ *     aborts. A block freed twice, by any threads one after the other or by two threads other
+ *     than its allocating thread at once, is never handed out twice; a free by the thread that
+ *     allocated it racing with a free by another thread is not guaranteed to be caught.
  */
 #ifndef BRISK_BRISK_H
 #define BRISK_BRISK_H
