@@ -13,6 +13,7 @@
 #include "core/large.h"
 #include "core/report.h"
 #include "core/stats.h"
+#include "threadcache/medium.h"
 
 namespace brisk {
 namespace {
@@ -63,13 +64,17 @@ void* realloc_impl(void* p, std::size_t size) {
   if (p == nullptr) return malloc_inline(size);
   // Fast path: a small block of this thread's, to a small size (MMtest's small test is this).
   Heap* h = t_heap;
-  if (Span* s = own_span_of(h, p); s != nullptr && s->kind == SpanKind::kSmall && size - 1 < kSmallMax) {
-    std::size_t usable = s->block_size;
+  Span* own = own_carved_span(h, reinterpret_cast<std::uintptr_t>(p));
+  FreeCode code{};
+  if (own != nullptr) code = free_code(reinterpret_cast<std::uintptr_t>(p));
+  if (own != nullptr && static_cast<Block*>(p)->key != code.key && own->kind == SpanKind::kSmall &&
+      size - 1 < kSmallMax) {
+    std::size_t usable = own->block_size;
     if (size <= usable && size > usable / 2) return p;
     void* q = alloc_small(h, size_to_class(size));
     if (q == nullptr) return nullptr;  // errno is set; p is intact
     std::memcpy(q, p, usable < size ? usable : size);
-    free_to_own_span(h, s, static_cast<Block*>(p), free_code(reinterpret_cast<std::uintptr_t>(p)));
+    free_to_own_span(h, own, static_cast<Block*>(p), code);
     return q;
   }
   // p is validated before the size is looked at, so a foreign or freed pointer is reported

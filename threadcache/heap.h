@@ -126,34 +126,33 @@ BRISK_ALWAYS_INLINE void free_to_own_span(Heap* h, Span* s, Block* b, FreeCode c
   if (BRISK_UNLIKELY(--s->used == 0 || old == nullptr)) free_local_adjust(h, s);
 }
 
-// Fast path: must hold to stay here: p is in a brisk chunk, its span is owned by this thread's
-// heap, p is the start of a carved block, and the block does not carry the free key (not
-// already free). The span leaves the fast path when it becomes empty or stops being full.
-BRISK_ALWAYS_INLINE void free_fast(void* p) {
-  auto a = reinterpret_cast<std::uintptr_t>(p);
-  if (BRISK_UNLIKELY(region_kind(a) != kRegionChunk)) return free_slow(p);
+// The span of a when a is the start of a carved block in a span h owns (a is in a brisk chunk,
+// its span is owned by h, a is at a block boundary below the carved end), else nullptr. With
+// the free-key test after it (the block is not free already), the one test of free_fast and of
+// realloc's fast path. The key is computed only after the span tests pass: computing it first
+// lengthened free by a register spill.
+BRISK_ALWAYS_INLINE Span* own_carved_span(const Heap* h, std::uintptr_t a) {
+  if (BRISK_UNLIKELY(region_kind(a) != kRegionChunk)) return nullptr;
   Span* s = chunk_of(a)->span_of(a);
-  Heap* h = t_heap;
   std::uintptr_t offset = a - reinterpret_cast<std::uintptr_t>(s->start);
-  auto* b = static_cast<Block*>(p);
-  FreeCode code = free_code(a);
   if (BRISK_UNLIKELY(s->owner.load(std::memory_order_relaxed) != h || offset >= s->carved_bytes ||
-                     !s->is_block_start(offset) || b->key == code.key))
-    return free_slow(p);
-  free_to_own_span(h, s, b, code);
-}
-
-// The span of p if p is a valid live block of a span this heap owns (what free_fast checks),
-// else nullptr. For realloc's fast path.
-BRISK_ALWAYS_INLINE Span* own_span_of(Heap* h, const void* p) {
-  auto a = reinterpret_cast<std::uintptr_t>(p);
-  if (region_kind(a) != kRegionChunk) return nullptr;
-  Span* s = chunk_of(a)->span_of(a);
-  std::uintptr_t offset = a - reinterpret_cast<std::uintptr_t>(s->start);
-  if (s->owner.load(std::memory_order_relaxed) != h || offset >= s->carved_bytes ||
-      !s->is_block_start(offset) || static_cast<const Block*>(p)->key == free_code(a).key)
+                     !s->is_block_start(offset)))
     return nullptr;
   return s;
+}
+
+// Fast path: must hold to stay here: own_carved_span finds p's span in this thread's heap and
+// p does not carry the free key. The span leaves the fast path when it becomes empty or stops
+// being full (free_local_adjust).
+BRISK_ALWAYS_INLINE void free_fast(void* p) {
+  auto a = reinterpret_cast<std::uintptr_t>(p);
+  Heap* h = t_heap;
+  Span* s = own_carved_span(h, a);
+  auto* b = static_cast<Block*>(p);
+  if (BRISK_UNLIKELY(s == nullptr)) return free_slow(p);
+  FreeCode code = free_code(a);
+  if (BRISK_UNLIKELY(b->key == code.key)) return free_slow(p);
+  free_to_own_span(h, s, b, code);
 }
 
 // Slow-path helpers shared by heap.cc and heap_lifecycle.cc.
@@ -171,22 +170,13 @@ void* alloc_with_borrowed_heap(Alloc alloc) {
   heap_give_back(h);
   return p;
 }
-void heap_flush_outgoing(Heap* h);
-void heap_drain_incoming(Heap* h);
-void heap_process_blocks(Heap* h, Block* chain);  // blocks sent to h, linked through next
-void drain_orphans();
 void heap_collect(Heap* h);            // brisk_thread_collect
-void heap_release_span(Heap* h, Span* s);
-void heap_unlink_span(Heap* h, Span* s);  // from h's list of all its spans
-void* alloc_medium(Heap* h, std::size_t size, bool zero);  // zero: calloc
 
 // The thread cache's slow entry points for the layers above (threadcache/thread_cache.cc).
 // A medium block from the calling thread's heap, whatever state the thread is in (no heap yet,
 // or exited); nullptr when out of memory.
 void* alloc_medium_here(std::size_t size, bool zero);
 void thread_collect();  // brisk_thread_collect
-// In-place resize of a medium block. False if it must move.
-bool medium_resize_in_place(Span* s, std::size_t new_size);
 void process_init();
 
 }  // namespace brisk

@@ -22,6 +22,9 @@
 #include "core/platform.h"
 #include "core/stats.h"
 #include "threadcache/heap.h"
+#include "threadcache/orphans.h"
+#include "threadcache/remote_free.h"
+#include "threadcache/span_pages.h"
 
 namespace brisk {
 
@@ -87,14 +90,6 @@ void heap_reset(Heap* h) {
   h->retained_next = 0;
   h->pool_next = nullptr;
   h->incoming.reopen();
-}
-
-void orphan_span(Span* s) {
-  CentralPool& pool = g_central[central_index(s)];
-  LockGuard g(pool.lock);
-  s->owner.store(&g_orphan_heap, std::memory_order_release);
-  if (s->kind == SpanKind::kSmall && s->has_room()) pool.push(s);
-  stats::add(stats::g.spans_orphaned, 1);
 }
 
 void heap_detach(Heap* h) {

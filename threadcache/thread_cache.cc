@@ -2,6 +2,8 @@
 // calling thread's heap in whichever state the thread is (no heap yet, attached, or exited).
 #include "core/large.h"
 #include "threadcache/heap.h"
+#include "threadcache/medium.h"
+#include "threadcache/orphans.h"
 
 namespace brisk {
 

@@ -1,0 +1,63 @@
+// Medium blocks. See medium.h.
+#include "threadcache/medium.h"
+
+#include <cstring>
+
+#include "core/chunk.h"
+#include "threadcache/remote_free.h"
+#include "threadcache/span_pages.h"
+
+namespace brisk {
+namespace {
+
+void set_medium_geometry(Span* s, unsigned pages) {
+  std::uint32_t bytes = static_cast<std::uint32_t>(pages) << kPageShift;
+  s->page_count = static_cast<std::uint8_t>(pages);
+  s->block_size = bytes;
+  s->span_bytes = bytes;
+  s->carved_bytes = bytes;
+  s->reciprocal = ((std::uint64_t{1} << kReciprocalShift) + bytes - 1) / bytes;
+}
+
+}  // namespace
+
+void* alloc_medium(Heap* h, std::size_t size, bool zero) {
+  unsigned pages = static_cast<unsigned>((size + kPageSize - 1) >> kPageShift);
+  if (!h->incoming.empty()) heap_drain_incoming(h);
+  bool zeroed = false;
+  Span* s = span_create(h, pages, &zeroed);
+  if (s == nullptr) return nullptr;
+  set_medium_geometry(s, pages);
+  s->used = 1;
+  s->size_class = 0;
+  s->kind = SpanKind::kMedium;
+  s->owner.store(h, std::memory_order_release);
+  heap_link_span(h, s);
+  auto* b = reinterpret_cast<Block*>(s->start);
+  if (zero && !zeroed) {
+    std::memset(b, 0, size);
+  } else {
+    b->key = 0;
+  }
+  return b;
+}
+
+bool medium_resize_in_place(Span* s, std::size_t new_size) {
+  unsigned pages = s->page_count;
+  unsigned want = static_cast<unsigned>((new_size + kPageSize - 1) >> kPageShift);
+  Chunk* ch = chunk_of(reinterpret_cast<std::uintptr_t>(s->start));
+  if (want == pages) return true;
+  if (want < pages) {
+    set_medium_geometry(s, want);
+    chunk_release_pages(ch, s->first_page + want, pages - want);
+    return true;
+  }
+  // Any thread may grow a live block it holds: the geometry is read by others only once the
+  // block is freed, and the page claim is a compare-and-swap.
+  if (!chunk_claim_pages_at(ch, s->first_page + pages, want - pages)) return false;
+  for (unsigned i = s->first_page + pages; i < s->first_page + want; ++i) ch->page_span[i] = s;
+  set_medium_geometry(s, want);
+  return true;
+}
+
+}  // namespace brisk

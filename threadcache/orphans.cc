@@ -1,0 +1,85 @@
+// Orphan spans and the orphan queue. See orphans.h.
+#include "threadcache/orphans.h"
+
+#include "core/assert.h"
+#include "core/central_pool.h"
+#include "core/report.h"
+#include "core/stats.h"
+#include "threadcache/remote_free.h"
+#include "threadcache/span_pages.h"
+
+namespace brisk {
+
+void orphan_span(Span* s) {
+  CentralPool& pool = g_central[central_index(s)];
+  LockGuard g(pool.lock);
+  s->owner.store(&g_orphan_heap, std::memory_order_release);
+  if (s->kind == SpanKind::kSmall && s->has_room()) pool.push(s);
+  stats::add(stats::g.spans_orphaned, 1);
+}
+// A thread freeing into a span whose owner exited takes the span over (one lock round-trip)
+// instead of sending each block through the orphan queue (one lock round-trip per block): the
+// Larson pattern, where a thread inherits its predecessor's blocks, then frees locally.
+bool adopt_orphan_span(Heap* h, Span* s) {
+  CentralPool& pool = g_central[central_index(s)];
+  {
+    LockGuard g(pool.lock);
+    if (s->owner.load(std::memory_order_relaxed) != &g_orphan_heap) return false;
+    if (s->listed) pool.remove(s);
+    s->owner.store(h, std::memory_order_release);
+    stats::add(stats::g.spans_orphaned, -1);
+  }
+  heap_link_span(h, s);
+  if (s->kind == SpanKind::kSmall && s->has_room()) h->available[s->size_class].push(s);
+  return true;
+}
+
+namespace {
+
+// A block freed into a span whose owner exited, put back under the central pool's lock (the
+// pool holds such spans). The span may have been adopted since the block was sent.
+void process_orphan_block(Block* b) {
+  auto a = reinterpret_cast<std::uintptr_t>(b);
+  Span* s = chunk_of(a)->span_of(a);
+  Heap* owner;
+  bool emptied = false;
+  CentralPool& pool = g_central[central_index(s)];
+  {
+    LockGuard g(pool.lock);
+    owner = s->owner.load(std::memory_order_acquire);
+    if (owner == &g_orphan_heap) {
+      if (a - reinterpret_cast<std::uintptr_t>(s->start) >= s->carved_bytes)
+        fatal_pointer_error("invalid free of", b, "never handed out");  // aborts under the lock
+      Block* old = s->free;
+      set_link(b, old);
+      s->free = b;
+      BRISK_ASSERT(s->used > 0);
+      if (--s->used == 0) {
+        if (s->listed) pool.remove(s);
+        stats::add(stats::g.spans_orphaned, -1);
+        emptied = true;
+      } else if (old == nullptr && s->kind == SpanKind::kSmall && !s->listed) {
+        pool.push(s);
+      }
+    }
+  }
+  if (owner != &g_orphan_heap) {
+    if (owner == nullptr) fatal_pointer_error("invalid free of", b, "its span is not in use");
+    send_chain(owner, b, b);
+  } else if (emptied) {
+    release_span_pages(s);  // no owner and on no list: nobody else can reach it
+  }
+}
+
+}  // namespace
+
+void drain_orphans() {
+  Block* b = g_orphan_heap.incoming.take_all();
+  while (b != nullptr) {
+    Block* next = chain_next(b);
+    process_orphan_block(b);
+    b = next;
+  }
+}
+
+}  // namespace brisk

@@ -1,0 +1,24 @@
+// Remote frees: blocks freed by a thread that does not own their span travel to the owner in
+// batches (one per destination heap, kRemoteSlots at a time) through the owner's RemoteQueue,
+// or to the orphan queue when the owner has exited. This path allocates nothing.
+#pragma once
+
+#include <cstddef>
+
+#include "threadcache/heap.h"
+
+namespace brisk {
+
+// Sends the chain first..last (linked, encoded) to dest's queue, or to the orphan queue if dest
+// has exited.
+void send_chain(Heap* dest, Block* first, Block* last);
+// Adds b (size bytes) to h's outgoing batch for dest; a full batch is sent.
+void outgoing_add(Heap* h, Heap* dest, Block* b, std::size_t size);
+void heap_flush_outgoing(Heap* h);                // sends every partial batch
+void heap_drain_incoming(Heap* h);                // takes and frees what others sent to h
+void heap_process_blocks(Heap* h, Block* chain);  // frees a chain sent to h
+// The next block of a chain of remote frees, checked: a chain crosses spans and chunks, so a
+// sound link is null or a 16-byte aligned address in a brisk chunk.
+Block* chain_next(const Block* b);
+
+}  // namespace brisk

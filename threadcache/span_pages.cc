@@ -1,0 +1,192 @@
+// A heap's spans: creation (claim_pages_for_span's order of page sources), lazy carving, the
+// list of all of a heap's spans, and emptied spans (retained or released). See span_pages.h.
+#include "threadcache/span_pages.h"
+
+#include "core/assert.h"
+#include "core/options.h"
+#include "threadcache/purge.h"
+
+namespace brisk {
+
+// Lazy carving: a span's blocks are cut (linked into its free list) one OS page at a time, up
+// to the end of the page holding the next block, so a fresh span touches only the pages its
+// blocks are handed out from: a page fault costs far more than carving a page's blocks, and
+// carving further ahead faults in pages that no block has used yet.
+void carve(Span* s) {
+  std::uint32_t bs = s->block_size;
+  std::uint32_t remaining = (s->span_bytes - s->carved_bytes) / bs;
+  char* first = s->start + s->carved_bytes;
+  auto page_end = (reinterpret_cast<std::uintptr_t>(first) | (kOsPageSize - 1)) + 1;
+  std::uint32_t n = static_cast<std::uint32_t>((page_end - reinterpret_cast<std::uintptr_t>(first)) / bs);
+  if (n == 0) n = 1;
+  if (n > remaining) n = remaining;
+  char* p = first;
+  for (std::uint32_t i = 0; i < n; ++i, p += bs) {
+    auto* b = reinterpret_cast<Block*>(p);
+    FreeCode code = free_code(reinterpret_cast<std::uintptr_t>(p));
+    set_link(b, i + 1 < n ? reinterpret_cast<Block*>(p + bs) : s->free, code.link_mask);
+    // A never-handed-out block carries the free key too: freeing it is caught as a double free.
+    b->key = code.key;
+  }
+  s->free = reinterpret_cast<Block*>(first);
+  s->carved_bytes += n * bs;
+}
+
+void heap_link_span(Heap* h, Span* s) {
+  s->all_prev = nullptr;
+  s->all_next = h->all_spans;
+  if (h->all_spans != nullptr) h->all_spans->all_prev = s;
+  h->all_spans = s;
+}
+
+void heap_unlink_span(Heap* h, Span* s) {
+  if (s->all_prev != nullptr) s->all_prev->all_next = s->all_next; else h->all_spans = s->all_next;
+  if (s->all_next != nullptr) s->all_next->all_prev = s->all_prev;
+  s->all_prev = s->all_next = nullptr;
+}
+
+namespace {
+
+// Pages for a new span, from the first of: resident free pages in this heap's chunks, then in
+// other heaps' chunks; an abandoned chunk (adopted); any free pages in this heap's chunks, then
+// in others'; a new chunk. Resident pages first everywhere, since a fresh page costs a fault;
+// and other heaps' free pages before a new chunk, so free memory is not stranded in chunks
+// that only their own heap would reuse (the realloc-chain workload shows the difference in
+// resident memory).
+Chunk* claim_pages_for_span(Heap* h, unsigned pages, unsigned* first_out, bool* zeroed) {
+  Chunk* ch = nullptr;
+  unsigned first = 0;
+  auto claim_own = [&](bool resident_only) {
+    for (Chunk* c = h->chunks; c != nullptr; c = c->next) {
+      if (c->free_pages.load(std::memory_order_relaxed) == 0) continue;
+      if (resident_only && !chunk_has_resident_run(c, pages)) continue;
+      first = chunk_claim_pages(c, pages, zeroed);
+      if (first != 0) return c;
+    }
+    return static_cast<Chunk*>(nullptr);
+  };
+  ch = claim_own(true);
+  if (ch == nullptr) ch = chunk_claim_shared(h, pages, true, &first, zeroed);
+  if (ch == nullptr) {
+    Chunk* c = chunk_adopt(h);
+    if (c != nullptr) {
+      chunk_list_push(h->chunks, c);
+      first = chunk_claim_pages(c, pages, zeroed);
+      if (first != 0) ch = c;
+    }
+  }
+  if (ch == nullptr) ch = claim_own(false);
+  if (ch == nullptr) ch = chunk_claim_shared(h, pages, false, &first, zeroed);
+  if (ch == nullptr) {
+    Chunk* c = chunk_create(h);
+    if (c == nullptr) return nullptr;
+    chunk_list_push(h->chunks, c);
+    // The new chunk is visible to other heaps already; in the rare case they took its pages,
+    // the caller tries again.
+    first = chunk_claim_pages(c, pages, zeroed);
+    if (first != 0) ch = c;
+  }
+  *first_out = first;
+  return ch;
+}
+
+}  // namespace
+
+Span* span_create(Heap* h, unsigned pages, bool* zeroed) {
+  unsigned first = 0;
+  Chunk* ch = nullptr;
+  for (int attempt = 0; attempt < 4 && ch == nullptr; ++attempt) ch = claim_pages_for_span(h, pages, &first, zeroed);
+  if (ch == nullptr) return nullptr;
+  Span* s = &ch->spans[first];
+  s->first_page = static_cast<std::uint8_t>(first);
+  s->page_count = static_cast<std::uint8_t>(pages);
+  s->start = ch->page_address(first);
+  s->free = nullptr;
+  s->listed = false;
+  s->prev = s->next = nullptr;
+  for (unsigned i = first; i < first + pages; ++i) ch->page_span[i] = s;
+  return s;
+}
+
+Span* span_new_small(Heap* h, unsigned c) {
+  const SizeClassInfo& info = kClasses[c];
+  Span* s = span_create(h, info.span_pages);
+  if (s == nullptr) return nullptr;
+  s->used = 0;
+  s->carved_bytes = 0;
+  s->block_size = info.size;
+  s->span_bytes = info.capacity * info.size;
+  s->reciprocal = info.reciprocal;
+  s->size_class = static_cast<std::uint8_t>(c);
+  s->kind = SpanKind::kSmall;
+  s->owner.store(h, std::memory_order_release);
+  heap_link_span(h, s);
+  return s;
+}
+
+// Resets a span's descriptor and gives its pages back to the chunk.
+void release_span_pages(Span* s) {
+  Chunk* ch = chunk_of(reinterpret_cast<std::uintptr_t>(s->start));
+  unsigned first = s->first_page, count = s->page_count;
+  s->kind = SpanKind::kUnused;
+  s->free = nullptr;
+  s->used = 0;
+  s->carved_bytes = 0;
+  s->span_bytes = 0;
+  s->owner.store(nullptr, std::memory_order_relaxed);
+  if (chunk_release_pages(ch, first, count)) chunk_release_if_abandoned_and_empty(ch);
+}
+
+void heap_release_span(Heap* h, Span* s) {
+  if (s->listed) h->available[s->size_class].remove(s);
+  heap_unlink_span(h, s);
+  std::size_t bytes = std::size_t{s->page_count} << kPageShift;
+  release_span_pages(s);
+  h->released_since_purge += bytes;
+  std::size_t keep = static_cast<std::size_t>(options::get(options::Id::kPurgeBytes));
+  if (h->released_since_purge >= keep) heap_purge(h, keep);
+}
+
+namespace {
+
+// Keeps an emptied multi-page current span of class c. Past kRetainedLargeSpans classes, the
+// class kept longest ago gives its current span back if that is still empty. A class is kept
+// at most once, so alloc/free ping-pong over up to kRetainedLargeSpans classes never releases
+// and recreates a span.
+void retain_empty_span(Heap* h, unsigned c) {
+  if (h->retained[c]) return;
+  unsigned slot = h->retained_next;
+  h->retained_next = static_cast<std::uint8_t>((slot + 1) % kRetainedLargeSpans);
+  if (h->retained_count == kRetainedLargeSpans) {
+    unsigned old = h->retained_classes[slot];
+    h->retained[old] = false;
+    Span* s = h->current[old];
+    if (s != &g_empty_span && s->used == 0) {
+      h->current[old] = &g_empty_span;
+      heap_release_span(h, s);
+    }
+  } else {
+    ++h->retained_count;
+  }
+  h->retained_classes[slot] = static_cast<std::uint8_t>(c);
+  h->retained[c] = true;
+}
+
+}  // namespace
+
+void free_local_adjust(Heap* h, Span* s) {
+  if (s->used == 0) {
+    // Keep the class's current span even when empty: alloc/free ping-pong stays on the fast path.
+    if (s->kind == SpanKind::kSmall && h->current[s->size_class] == s) {
+      if (s->page_count > 1) retain_empty_span(h, s->size_class);
+      return;
+    }
+    heap_release_span(h, s);
+    return;
+  }
+  // The span was full and has a free block again.
+  if (s->kind == SpanKind::kSmall && !s->listed && h->current[s->size_class] != s)
+    h->available[s->size_class].push(s);
+}
+
+}  // namespace brisk

@@ -1,0 +1,23 @@
+// A heap's spans: where a new span's pages come from, lazy carving, the heap's list of every
+// span it holds, and what happens to a span that empties (kept as its class's current span,
+// retained, or released to its chunk). Only the owning heap calls these for its spans.
+#pragma once
+
+#include <cstddef>
+
+#include "threadcache/heap.h"
+
+namespace brisk {
+
+// A span of `pages` pages with its descriptor set up (pages and start), not yet given a kind or
+// an owner. zeroed (optional): set to whether every page reads as zeros. nullptr: no memory.
+Span* span_create(Heap* h, unsigned pages, bool* zeroed = nullptr);
+// A fresh span of small class c owned by h, with nothing carved yet.
+Span* span_new_small(Heap* h, unsigned c);
+void carve(Span* s);                       // cuts the next OS page of s into free blocks
+void heap_link_span(Heap* h, Span* s);     // onto h's list of all its spans
+void heap_unlink_span(Heap* h, Span* s);   // off that list
+void release_span_pages(Span* s);          // resets s and gives its pages back to the chunk
+void heap_release_span(Heap* h, Span* s);  // unlinks s from h, releases it, purges when due
+
+}  // namespace brisk
