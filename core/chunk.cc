@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "core/assert.h"
 #include "core/lock.h"
 #include "core/options.h"
 #include "core/platform.h"
@@ -123,6 +124,7 @@ bool chunk_release_pages(Chunk* c, unsigned first, unsigned n) {
   // Dirty before free: chunk_purge only decommits pages it sees both free and dirty.
   c->dirty_pages.fetch_or(m, std::memory_order_relaxed);
   std::uint64_t before = c->free_pages.fetch_or(m, std::memory_order_release);
+  BRISK_ASSERT((before & m) == 0);  // only their claimer releases pages, once
   return (before | m) == kAllPagesFree;
 }
 

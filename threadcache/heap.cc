@@ -39,6 +39,8 @@ BRISK_NOINLINE void* alloc_refill(Heap* h, unsigned c) {
   if (!h->incoming.empty()) heap_drain_incoming(h);
   if (!g_orphan_heap.incoming.empty()) drain_orphans();
   Span* s = h->current[c];
+  BRISK_ASSERT(s == &g_empty_span || (s->kind == SpanKind::kSmall && s->size_class == c &&
+                                      s->owner.load(std::memory_order_relaxed) == h));
   if (s->free == nullptr) {
     if (s != &g_empty_span && !s->fully_carved()) {
       carve(s);

@@ -1,26 +1,12 @@
-// Heap: one per thread, the thread cache. Call map of an allocation:
-//
-//   brisk_malloc / malloc / operator new                    (override/entry.h)
-//     -> alloc_small: pop the current span's free list      (fast path, below; no lock, no atomic)
-//        -> alloc_refill                                    (heap.cc, noinline)
-//             1. take the remote frees queued to this heap  (RemoteQueue, one exchange)
-//             2. carve more blocks from the current span    (lazy: pages are touched as needed)
-//             3. another span of this heap with free blocks (available list)
-//             4. a span from the central pool of the class  (core central pool; spans of exited threads)
-//             5. a new span: pages from this heap's chunks, an abandoned chunk, or a new chunk
-//                                                             (core/chunk.cc -> core/platform)
-//     -> alloc_big: medium spans (page runs) and large blocks (core/large.cc -> core/platform)
-//
-// And of a free:
-//   free_fast: the block's span is owned by this heap -> push on its free list (no atomic)
-//     -> free_slow (heap.cc): null, large blocks, bad pointers (report + abort), and remote
-//        frees: the block joins this thread's outgoing batch for the owning heap; a full batch
-//        goes to the owner's RemoteQueue with one CAS.
+// Heap: one per thread, the thread cache, and its fast paths (alloc_small, free_fast). The call
+// map from malloc to the OS, with the file of each step, is in the README ("Call map: from
+// malloc to the OS"): keep it there, in one place.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "core/assert.h"
 #include "core/chunk.h"
 #include "core/config.h"
 #include "core/free_key.h"
@@ -119,6 +105,8 @@ BRISK_ALWAYS_INLINE void* alloc_small(Heap* h, unsigned c) {
 
 // Pushes a validated block on the free list of its span, which h owns.
 BRISK_ALWAYS_INLINE void free_to_own_span(Heap* h, Span* s, Block* b, FreeCode code) {
+  // Only the owner touches a span's free list and used count, without atomics.
+  BRISK_ASSERT(s->owner.load(std::memory_order_relaxed) == h && s->used > 0);
   Block* old = s->free;
   set_link(b, old, code.link_mask);
   b->key = code.key;

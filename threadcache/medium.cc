@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "core/assert.h"
 #include "core/chunk.h"
 #include "threadcache/remote_free.h"
 #include "threadcache/span_pages.h"
@@ -43,6 +44,7 @@ void* alloc_medium(Heap* h, std::size_t size, bool zero) {
 }
 
 bool medium_resize_in_place(Span* s, std::size_t new_size) {
+  BRISK_ASSERT(s->kind == SpanKind::kMedium && s->used == 1);
   unsigned pages = s->page_count;
   unsigned want = static_cast<unsigned>((new_size + kPageSize - 1) >> kPageShift);
   Chunk* ch = chunk_of(reinterpret_cast<std::uintptr_t>(s->start));

@@ -11,6 +11,7 @@
 namespace brisk {
 
 void orphan_span(Span* s) {
+  BRISK_ASSERT(s->used > 0 && !s->listed);  // an empty span is released, not orphaned
   CentralPool& pool = g_central[central_index(s)];
   LockGuard g(pool.lock);
   s->owner.store(&g_orphan_heap, std::memory_order_release);

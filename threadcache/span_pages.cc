@@ -13,6 +13,7 @@ namespace brisk {
 // blocks are handed out from: a page fault costs far more than carving a page's blocks, and
 // carving further ahead faults in pages that no block has used yet.
 void carve(Span* s) {
+  BRISK_ASSERT(s->kind == SpanKind::kSmall && !s->fully_carved());
   std::uint32_t bs = s->block_size;
   std::uint32_t remaining = (s->span_bytes - s->carved_bytes) / bs;
   char* first = s->start + s->carved_bytes;
@@ -126,6 +127,7 @@ Span* span_new_small(Heap* h, unsigned c) {
 
 // Resets a span's descriptor and gives its pages back to the chunk.
 void release_span_pages(Span* s) {
+  BRISK_ASSERT(s->kind != SpanKind::kUnused && s->used == 0 && !s->listed);
   Chunk* ch = chunk_of(reinterpret_cast<std::uintptr_t>(s->start));
   unsigned first = s->first_page, count = s->page_count;
   s->kind = SpanKind::kUnused;
@@ -138,6 +140,7 @@ void release_span_pages(Span* s) {
 }
 
 void heap_release_span(Heap* h, Span* s) {
+  BRISK_ASSERT(s->used == 0 && s->owner.load(std::memory_order_relaxed) == h && s != &g_empty_span);
   if (s->listed) h->available[s->size_class].remove(s);
   heap_unlink_span(h, s);
   std::size_t bytes = std::size_t{s->page_count} << kPageShift;

@@ -8,9 +8,11 @@
  *   - brisk_aligned_alloc returns NULL with errno = EINVAL when alignment is not a power of two.
  *   - brisk_free of a pointer brisk never handed out, of a pointer into the middle of a block,
  *     or of a block that is already free, prints one line naming the pointer to stderr and
- *     aborts. A block freed twice, by any threads one after the other or by two threads other
- *     than its allocating thread at once, is never handed out twice; a free by the thread that
- *     allocated it racing with a free by another thread is not guaranteed to be caught.
+ *     aborts. A second free of a block that has not been handed out again is caught, whether
+ *     the two frees come one after the other from any threads or at once from two threads
+ *     other than the one that allocated it (a free by the allocating thread racing with a free
+ *     by another thread is not guaranteed to be caught). A second free after the memory was
+ *     handed out again frees the new block: nothing short of a quarantine can see it.
  */
 #ifndef BRISK_BRISK_H
 #define BRISK_BRISK_H
