@@ -26,6 +26,12 @@ bool stdio_list_lock();
 void stdio_list_unlock();
 void stdio_list_reset_in_child();
 
+// pthread_atfork, except that exit() cannot unregister the handlers. pthread_atfork ties them to
+// the calling library, and glibc drops a library's handlers while exit() runs its destructors;
+// a fork in another thread between its prepare and parent handlers then never releases what
+// prepare took. glibc's __register_atfork with no library keeps them; without it, pthread_atfork.
+void register_fork_handlers(void (*prepare)(), void (*parent)(), void (*child)());
+
 // Blocks every signal that can be blocked on this thread; the old mask goes to *old.
 void block_signals(sigset_t* old);
 void restore_signals(const sigset_t* old);

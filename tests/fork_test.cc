@@ -12,6 +12,8 @@
 //                         malloc or free in a multithreaded process
 //   stdio                 getline() on a 1.9 MB line (brisk's slow paths, under the stream's
 //                         lock), fflush(NULL) in a loop, the main thread forks
+//   exit                  exit() in one thread (destructors, then frees under the stdio list
+//                         lock) while three others fork
 //   locks                 other threads keep every brisk lock busy while the main thread forks;
 //                         each child allocates every kind of block and runs a thread
 //
@@ -29,6 +31,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <wchar.h>
 
 #include <atomic>
 
@@ -379,6 +382,43 @@ int StdioFork() {
   return 0;
 }
 
+// ---- exit: exit() in one thread while others fork ----------------------------------------------
+// exit() runs the libraries' destructors, where glibc drops the fork handlers that
+// pthread_atfork tied to each library: a fork whose prepare handler already ran must still get
+// its parent handler, or the stdio list lock stays taken and exit() waits for it in its final
+// flush. exit() also frees the buffers of wide-oriented streams under that lock; buffers of a
+// thread that has exited lie in orphaned spans, so that free takes a central pool's lock.
+void* OpenWideStreams(void*) {
+  for (int i = 0; i < 100; ++i) {
+    FILE* f = fopen("/dev/null", "w");
+    if (f == nullptr) Fail("fopen");
+    if (fwide(f, 1) <= 0 || fputwc(L'x', f) == WEOF) Fail("fputwc");  // allocates the buffer
+  }
+  return nullptr;
+}
+
+[[noreturn]] void ExitWhileForking() {
+  alarm(5);
+  pthread_join(Spawn(OpenWideStreams), nullptr);
+  for (int i = 0; i < 3; ++i) Spawn(ForkUntilStopped);
+  usleep(1000);
+  exit(0);
+}
+
+int ExitFork() {
+  ArmWatchdog(60);
+  constexpr int kRounds = 50;
+  for (int round = 0; round < kRounds; ++round) {
+    pid_t pid = fork();
+    if (pid < 0) Fail("fork");
+    if (pid == 0) ExitWhileForking();
+    int status = Reap(pid);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) Fail("a process that called exit(0) while forking did not exit 0");
+  }
+  fprintf(stderr, "%d rounds\n", kRounds);
+  return 0;
+}
+
 // ---- locks: every brisk lock busy in other threads while the main thread forks ------------------
 constexpr size_t kOrphanClassSize = 48;  // the small class whose central pool the threads share
 constexpr int kHandoff = 256;
@@ -502,7 +542,7 @@ int LocksBusyFork() {
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    fprintf(stderr, "usage: fork_test malloc-fork-deadlock|mallocfork2|mallocfork|mallocfork3|stdio|locks\n");
+    fprintf(stderr, "usage: fork_test malloc-fork-deadlock|mallocfork2|mallocfork|mallocfork3|stdio|exit|locks\n");
     return 2;
   }
   g_case = argv[1];
@@ -512,7 +552,8 @@ int main(int argc, char** argv) {
     int (*run)();
   } cases[] = {{"malloc-fork-deadlock", MallocForkDeadlock}, {"mallocfork2", MallocFork2},
                {"mallocfork", MallocForkNested},          {"mallocfork3", MallocFork3},
-               {"stdio", StdioFork},                      {"locks", LocksBusyFork}};
+               {"stdio", StdioFork},                      {"exit", ExitFork},
+               {"locks", LocksBusyFork}};
   for (const auto& c : cases)
     if (strcmp(c.name, g_case) == 0) return c.run();
   fprintf(stderr, "fork_test: unknown case %s\n", g_case);

@@ -200,7 +200,7 @@ void process_init() {
     // The top bit keeps secret ^ address from ever being 0 (a live block's key word).
     g_free_secret = platform::random_u64() | (std::uint64_t{1} << 63);
     pthread_key_create(&g_thread_key, on_thread_exit);
-    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    platform::register_fork_handlers(atfork_prepare, atfork_parent, atfork_child);
     g_init_state.store(2, std::memory_order_release);
     t_in_init = false;
     return;
