@@ -12,6 +12,7 @@
 // allocations borrows a heap from the pool and gives it back detached (heap_borrow).
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 
 #include <atomic>
 #include <new>
@@ -20,6 +21,7 @@
 #include "core/large.h"
 #include "core/lock.h"
 #include "core/platform.h"
+#include "core/platform_fork.h"
 #include "core/stats.h"
 #include "threadcache/heap.h"
 #include "threadcache/orphans.h"
@@ -130,27 +132,68 @@ void on_thread_exit(void* value) {
   heap_pool_push(h);
 }
 
-// fork: the child gets a copy of every lock in whatever state another thread left it. Take them
-// all before fork (in one fixed order) and release them on both sides after it, so the child
-// can allocate at once (glibc's tst-malloc-fork-deadlock scenario).
+// fork: the child gets a copy of every lock in whatever state another thread left it. Prepare
+// takes them all (in one fixed order) and the parent and child handlers release them, so the
+// child can allocate at once.
+//
+// Lock order: the C library's stdio list lock first, then brisk's. glibc's fork takes
+// _IO_list_lock itself only after the prepare handlers, and stdio calls malloc under its locks
+// (getline reallocs inside flockfile; fflush(NULL) holds the list lock while it waits for each
+// stream; exit frees buffers under it). Had prepare taken brisk's locks alone, the forking
+// thread would hold them while waiting for the list lock, held by fflush(NULL), which waits for
+// a stream held by getline, which waits for a brisk lock: a cycle. The list lock is recursive,
+// so fork's own acquisition then only counts up; glibc's malloc keeps the same order.
+//
+// A single-threaded process (glibc's own test, read the same way) takes no lock: no other
+// thread can hold one, only code this thread interrupted to run a signal handler that forks,
+// and waiting for that would never end. glibc's malloc does the same; such a child may only make
+// async-signal-safe calls.
+//
+// Signals stay blocked from prepare until the parent or child handler: a handler that forked on
+// this thread while it holds brisk's locks would spin on them forever (a nested fork); blocked,
+// it runs once fork has returned.
+struct ForkState {
+  bool locked;        // prepare took brisk's locks
+  bool stdio_locked;  // ... and before them the stdio list lock
+  sigset_t saved_mask;
+};
+__thread ForkState t_fork __attribute__((tls_model("initial-exec")));
+
 void atfork_prepare() {
+  ForkState& f = t_fork;
+  platform::block_signals(&f.saved_mask);
+  f.locked = !platform::single_threaded();
+  if (!f.locked) return;
+  f.stdio_locked = platform::stdio_list_lock();
   g_pool_lock.lock();
   central_locks_acquire();
   chunk_locks_acquire();
   large_locks_acquire();
 }
 void atfork_parent() {
-  large_locks_release();
-  chunk_locks_release();
-  central_locks_release();
-  g_pool_lock.unlock();
+  ForkState& f = t_fork;
+  if (f.locked) {
+    large_locks_release();
+    chunk_locks_release();
+    central_locks_release();
+    g_pool_lock.unlock();
+    if (f.stdio_locked) platform::stdio_list_unlock();
+  }
+  f.locked = f.stdio_locked = false;
+  platform::restore_signals(&f.saved_mask);
 }
 void atfork_child() {
-  large_locks_reset_in_child();
-  chunk_locks_reset_in_child();
-  central_locks_reset_in_child();
-  g_pool_lock.reset_after_fork();
+  ForkState& f = t_fork;
+  if (f.locked) {
+    large_locks_reset_in_child();
+    chunk_locks_reset_in_child();
+    central_locks_reset_in_child();
+    g_pool_lock.reset_after_fork();
+    if (f.stdio_locked) platform::stdio_list_reset_in_child();
+  }
+  f.locked = f.stdio_locked = false;
   stats::g.heaps_live.store(heap_is_attached(t_heap) ? 1 : 0, std::memory_order_relaxed);
+  platform::restore_signals(&f.saved_mask);
 }
 
 }  // namespace
@@ -165,7 +208,7 @@ void process_init() {
     g_free_secret.offset = platform::random_u64() | (std::uint64_t{1} << 63);
     g_free_secret.multiplier = platform::random_u64() | 1;
     pthread_key_create(&g_thread_key, on_thread_exit);
-    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    platform::register_fork_handlers(atfork_prepare, atfork_parent, atfork_child);
     g_init_state.store(2, std::memory_order_release);
     t_in_init = false;
     return;
