@@ -14,6 +14,7 @@ enum class Id : unsigned {
   kLargeDirtyBytes,   // BRISK_LARGE_DIRTY_BYTES: of which kept with their pages resident
   kPurgeBytes,        // BRISK_PURGE_BYTES: span bytes a thread releases between purge checks
   kPurgeDelayMs,      // BRISK_PURGE_DELAY_MS: how long a free page stays resident unused before purge
+  kDebugQuarantine,   // BRISK_DEBUG_QUARANTINE: bytes of freed debug blocks held back before reuse
   kCount
 };
 

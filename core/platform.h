@@ -40,6 +40,10 @@ std::uint64_t now_ms();
 // getenv without malloc: scans the process environment. nullptr if unset.
 const char* get_env(const char* name);
 void write_stderr(const char* text, std::size_t length);
+// A log file opened for appending (created 0644 if missing): a descriptor, or -1.
+int open_log_file(const char* path);
+// Writes all of text to fd, retrying short writes and EINTR; gives up silently on an error.
+void write_fd(int fd, const char* text, std::size_t length);
 [[noreturn]] void abort_process();
 // 64 random bits from the kernel, falling back to a time and address mix.
 std::uint64_t random_u64();

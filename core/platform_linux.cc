@@ -2,6 +2,7 @@
 #include "core/platform.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -119,9 +120,13 @@ const char* get_env(const char* name) {
   return nullptr;
 }
 
-void write_stderr(const char* text, std::size_t length) {
+void write_stderr(const char* text, std::size_t length) { write_fd(2, text, length); }
+
+int open_log_file(const char* path) { return open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644); }
+
+void write_fd(int fd, const char* text, std::size_t length) {
   while (length > 0) {
-    ssize_t w = write(2, text, length);
+    ssize_t w = write(fd, text, length);
     if (w < 0) {
       if (errno == EINTR) continue;
       return;

@@ -58,14 +58,33 @@ const std::vector<std::string>& known_allocator_names() {
 std::optional<Allocator> resolve_allocator(const std::string& spec, const std::string& brisk_library,
                                            std::string* note, bool* unknown) {
   *unknown = false;
-  std::string label;
-  std::string what = spec;
-  const std::size_t equals = spec.find('=');
-  if (equals != std::string::npos) {
-    label = spec.substr(0, equals);
-    what = spec.substr(equals + 1);
-  }
+  // The variables follow the first comma; the label is before the first '=' ahead of it.
+  const std::size_t comma = spec.find(',');
+  const std::string head = spec.substr(0, comma);
   Allocator allocator;
+  if (comma != std::string::npos) {
+    std::size_t start = comma + 1;
+    while (true) {
+      const std::size_t end = spec.find(',', start);
+      const std::string variable = spec.substr(start, end == std::string::npos ? std::string::npos : end - start);
+      const std::size_t equals = variable.find('=');
+      if (equals == std::string::npos || equals == 0) {
+        *unknown = true;
+        *note = "--alloc " + spec + ": '" + variable + "' is not VAR=VALUE";
+        return std::nullopt;
+      }
+      allocator.environment.push_back(variable);
+      if (end == std::string::npos) break;
+      start = end + 1;
+    }
+  }
+  std::string label = comma == std::string::npos ? "" : spec;
+  std::string what = head;
+  const std::size_t equals = head.find('=');
+  if (equals != std::string::npos) {
+    label = head.substr(0, equals);
+    what = head.substr(equals + 1);
+  }
   if (what == "system") {
     allocator.label = label.empty() ? "system" : label;
     return allocator;
@@ -112,6 +131,7 @@ bool preload_took_effect(const Allocator& allocator, const std::string& probe_pa
                          std::string* detail) {
   RunOptions options;
   options.preload = allocator.preload;
+  options.environment = allocator.environment;
   const RunResult run = run_measured({probe_path}, options);
   // The probe prints "malloc=PATH" and then "operator_new=PATH"; we only get its last line
   // from run_measured, so it prints both on one line: "malloc=PATH operator_new=PATH".

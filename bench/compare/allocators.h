@@ -11,14 +11,19 @@ namespace brisk::bench {
 struct Allocator {
   std::string label;    // the name in tables: "brisk", "jemalloc", or the .so's file name
   std::string preload;  // the LD_PRELOAD value; empty for the system allocator
+  // NAME=VALUE entries set for this allocator's runs only (after, and over, --env's).
+  std::vector<std::string> environment;
 };
 
 // The peers `--alloc all` means, in table order.
 const std::vector<std::string>& known_allocator_names();
 
-// Resolves "NAME", "PATH.so" or "LABEL=NAME-OR-PATH" (a label lets one library appear twice).
-// Returns nullopt with *note set when the allocator is not installed or the name is unknown;
-// *unknown is set for a name that is neither known nor a path (a usage error, not a skip).
+// Resolves "[LABEL=]NAME-OR-PATH[,VAR=VALUE...]": a name or a path to a .so, optionally under a
+// label (so one library can appear twice), optionally with environment variables for its runs
+// only, e.g. "brisk-debug=brisk,BRISK_DEBUG=1". Without a label, a spec with variables is
+// labelled by the whole spec. Returns nullopt with *note set when the allocator is not installed
+// or the spec is wrong; *unknown is set for a name that is neither known nor a path, or a
+// variable without NAME= (usage errors, not skips).
 std::optional<Allocator> resolve_allocator(const std::string& spec, const std::string& brisk_library,
                                            std::string* note, bool* unknown);
 

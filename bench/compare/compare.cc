@@ -40,6 +40,8 @@ WorkloadResult run_workload(const Plan& plan, const Workload& workload) {
       RunOptions options;
       options.preload = plan.allocators[a].preload;
       options.environment = plan.environment;
+      const std::vector<std::string>& own = plan.allocators[a].environment;
+      options.environment.insert(options.environment.end(), own.begin(), own.end());
       options.echo_output = plan.echo_output;
       Sample sample;
       sample.allocator = a;

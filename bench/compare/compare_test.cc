@@ -5,6 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+
 #include "bench/compare/allocators.h"
 #include "bench/compare/measure.h"
 
@@ -21,6 +25,11 @@ Plan plan_for(std::vector<Allocator> allocators, std::vector<std::string> argv, 
   plan.warmup = warmup;
   plan.progress = false;
   return plan;
+}
+
+RunResult cli(std::vector<std::string> args) {
+  args.insert(args.begin(), BRISK_BENCH_COMPARE);
+  return run_measured(args, {});
 }
 
 TEST(RoundOrder, RotatesEachRound) {
@@ -89,6 +98,61 @@ TEST(Resolve, NamesPathsAndLabels) {
   EXPECT_TRUE(unknown);
 }
 
+TEST(Resolve, VariablesAfterTheLibraryBelongToThatAllocator) {
+  std::string note;
+  bool unknown = false;
+  auto debug = resolve_allocator("glibc-check=system,MALLOC_CHECK_=3,MALLOC_PERTURB_=165", "", &note, &unknown);
+  ASSERT_TRUE(debug) << note;
+  EXPECT_EQ(debug->label, "glibc-check");
+  EXPECT_TRUE(debug->preload.empty());
+  EXPECT_EQ(debug->environment, (std::vector<std::string>{"MALLOC_CHECK_=3", "MALLOC_PERTURB_=165"}));
+  auto shim = resolve_allocator(BRISK_BENCH_SLOW_SHIM ",A=x=y", "", &note, &unknown);
+  ASSERT_TRUE(shim) << note;
+  EXPECT_EQ(shim->label, BRISK_BENCH_SLOW_SHIM ",A=x=y");  // unlabelled: the spec names itself
+  EXPECT_EQ(shim->preload.empty(), false);
+  EXPECT_EQ(shim->environment, (std::vector<std::string>{"A=x=y"}));
+  auto plain = resolve_allocator("system", "", &note, &unknown);
+  ASSERT_TRUE(plain);
+  EXPECT_TRUE(plain->environment.empty());
+  for (const char* wrong : {"x=system,NOVALUE", "x=system,=1", "system,"}) {
+    EXPECT_FALSE(resolve_allocator(wrong, "", &note, &unknown)) << wrong;
+    EXPECT_TRUE(unknown) << wrong;
+  }
+}
+
+TEST(Measure, AVariableSetForARunReplacesTheInheritedOne) {
+  setenv("BRISK_BENCH_TEST_VARIABLE", "inherited", 1);
+  RunOptions options;
+  options.environment = {"BRISK_BENCH_TEST_VARIABLE=first", "BRISK_BENCH_TEST_VARIABLE=set"};
+  RunResult run = run_measured({"sh", "-c", "echo \"$BRISK_BENCH_TEST_VARIABLE\""}, options);
+  unsetenv("BRISK_BENCH_TEST_VARIABLE");
+  EXPECT_EQ(run.last_line, "set");
+}
+
+// One library under two settings through the CLI: the shim's start-up delay is its variable.
+// "slow" gets the --env value for every run (80 ms), "fast" overrides it with 0 for its own runs,
+// so slow/fast comes out near 2 (fixed-work itself works 80 ms); were the variables shared or
+// ignored, the two would tie.
+TEST(Cli, EachAllocatorsVariablesApplyToItsRunsOnly) {
+  const std::string json = ::testing::TempDir() + "/compare_alloc_variables.json";
+  RunResult run = cli({"--pairs", "5", "--warmup", "1", "--quiet", "--json", json, "--env", "BRISK_BENCH_SHIM_DELAY_MS=80",
+                       "--alloc", "fast=" BRISK_BENCH_SLOW_SHIM ",BRISK_BENCH_SHIM_DELAY_MS=0", "--alloc",
+                       "slow=" BRISK_BENCH_SLOW_SHIM, "--baseline", "fast", "--", BRISK_BENCH_FIXED_WORK, "--ms", "80"});
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_tail;
+  std::ifstream in(json);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\"environment\": [\"BRISK_BENCH_SHIM_DELAY_MS=0\"]"), std::string::npos) << text.substr(0, 2000);
+  // The slow row's time ratio against the fast baseline, from the summary.
+  const std::size_t slow = text.find("{\"allocator\": \"slow\", \"failed\": false");
+  ASSERT_NE(slow, std::string::npos) << text.substr(0, 3000);
+  const std::string key = "\"wall_ratio\": {\"median\": ";
+  const std::size_t ratio = text.find(key, slow);
+  ASSERT_NE(ratio, std::string::npos);
+  const double median_ratio = std::strtod(text.c_str() + ratio + key.size(), nullptr);
+  EXPECT_GE(median_ratio, 1.6) << text.substr(slow, 400);
+  EXPECT_LE(median_ratio, 2.5) << text.substr(slow, 400);
+}
+
 // Two identical allocators: the 95% interval of the median time ratio should contain 1.0. A
 // correct 95% interval still misses 1.0 in about one experiment in twenty, so the test allows
 // three independent experiments; a biased driver (pairs misaligned, order not rotated, ratios
@@ -134,11 +198,6 @@ TEST(Compare, AFailingRunGivesNoRatio) {
   EXPECT_EQ(results[0].summaries[1].wall.pairs, 0u);
   // The baseline failed in round 0: that round finishes, no further round runs.
   EXPECT_EQ(results[0].samples.size(), 2u);
-}
-
-RunResult cli(std::vector<std::string> args) {
-  args.insert(args.begin(), BRISK_BENCH_COMPARE);
-  return run_measured(args, {});
 }
 
 TEST(Cli, AMissingPeerIsSkippedAndTheRunSucceeds) {

@@ -18,6 +18,20 @@ extern char** environ;
 namespace brisk::bench {
 namespace {
 
+std::string variable_name(const std::string& entry) { return entry.substr(0, entry.find('=')); }
+
+// getenv returns a name's first entry, so a set variable must replace, not follow, an earlier one.
+void set_variable(std::vector<std::string>& env, const std::string& entry) {
+  const std::string name = variable_name(entry);
+  for (std::string& existing : env) {
+    if (variable_name(existing) == name) {
+      existing = entry;
+      return;
+    }
+  }
+  env.push_back(entry);
+}
+
 std::vector<std::string> child_environment(const RunOptions& options) {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
@@ -25,7 +39,7 @@ std::vector<std::string> child_environment(const RunOptions& options) {
     env.emplace_back(*e);
   }
   if (!options.preload.empty()) env.push_back("LD_PRELOAD=" + options.preload);
-  for (const std::string& extra : options.environment) env.push_back(extra);
+  for (const std::string& extra : options.environment) set_variable(env, extra);
   return env;
 }
 

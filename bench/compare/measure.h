@@ -22,7 +22,8 @@ struct RunResult {
 struct RunOptions {
   // Empty: run with LD_PRELOAD removed from the environment. Otherwise LD_PRELOAD=preload.
   std::string preload;
-  // Extra NAME=VALUE entries added to the environment.
+  // Extra NAME=VALUE entries set in the environment: each replaces an inherited variable of the
+  // same name, and a later entry replaces an earlier one.
   std::vector<std::string> environment;
   // Copy the command's stdout and stderr through to ours as well as capturing them.
   bool echo_output = false;

@@ -103,6 +103,12 @@ void write_markdown(std::ostream& out, const Plan& plan, const std::vector<Workl
   out << "- time ratio < 1 and gain > 0 mean this allocator was faster than " << base
       << "; gain = (" << base << " time / this time - 1) * 100\n";
   for (const std::string& note : context.notes) out << "- " << note << "\n";
+  for (const Allocator& allocator : plan.allocators) {
+    if (allocator.environment.empty()) continue;
+    out << "- " << allocator.label << " runs with";
+    for (const std::string& variable : allocator.environment) out << " `" << variable << "`";
+    out << "\n";
+  }
   out << "\n";
   out << "| workload | allocator | wall (median) | time ratio vs " << base << " [95% CI] | gain [95% CI] "
       << "| CPU user+sys (median) | peak RSS (median) | RSS ratio | metric ratio [95% CI] |\n";
@@ -156,7 +162,10 @@ void write_json(std::ostream& out, const Plan& plan, const std::vector<WorkloadR
   out << "  \"allocators\": [";
   for (std::size_t a = 0; a < plan.allocators.size(); ++a) {
     out << (a ? ", " : "") << "{\"label\": " << json_string(plan.allocators[a].label)
-        << ", \"preload\": " << json_string(plan.allocators[a].preload) << "}";
+        << ", \"preload\": " << json_string(plan.allocators[a].preload) << ", \"environment\": [";
+    for (std::size_t v = 0; v < plan.allocators[a].environment.size(); ++v)
+      out << (v ? ", " : "") << json_string(plan.allocators[a].environment[v]);
+    out << "]}";
   }
   out << "],\n  \"workloads\": [\n";
   for (std::size_t w = 0; w < results.size(); ++w) {

@@ -2,13 +2,15 @@
 // process malloc, in one binary, followed by a table of each case's time relative to brisk.
 // Names are CASE/ALLOCATOR/ARG. `--smoke` runs every case briefly (ctest uses it).
 //
-// The debug layer's fill-and-check cases (15, 39, 40, 41, 64 B, 4 KiB, 64 KiB) are not here
-// yet: brisk has no debug layer to measure. They belong in this file once debug/ exposes one.
+// The debug layer's fill-pattern check has its own cases, fill_check/LOOP/SIZE
+// (fill_check_bench.h), and `--fill-check-pairs N` prints the check's paired comparison table
+// against its baselines instead of running Google Benchmark.
 #include <benchmark/benchmark.h>
 
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "bench/micro/alloc_api.h"
+#include "bench/micro/fill_check_bench.h"
 
 namespace brisk::bench {
 namespace {
@@ -151,6 +154,7 @@ class RatioReporter : public benchmark::ConsoleReporter {
     for (const Run& run : runs) {
       if (run.error_occurred || run.run_type != Run::RT_Iteration) continue;
       const std::string name = run.benchmark_name();
+      if (name.rfind("fill_check/", 0) == 0) continue;  // not an allocator: see --fill-check-pairs
       const std::size_t first = name.find('/');
       const std::size_t second = name.find('/', first + 1);
       if (first == std::string::npos) continue;
@@ -200,6 +204,14 @@ int main(int argc, char** argv) {
   static char smoke_time[] = "--benchmark_min_time=0.002";
   bool smoke = false;
   for (int i = 0; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--fill-check-pairs") == 0) {
+      const int pairs = i + 1 < argc ? std::atoi(argv[i + 1]) : 0;
+      if (pairs < 1) {
+        std::fprintf(stderr, "brisk-microbench: --fill-check-pairs needs a count of at least 1\n");
+        return 2;
+      }
+      return run_fill_check_pairs(pairs, stdout);
+    }
     if (std::strcmp(argv[i], "--smoke") == 0) {
       smoke = true;
       args.push_back(smoke_time);
@@ -222,6 +234,7 @@ int main(int argc, char** argv) {
     }
   }
   register_cases(apis);
+  register_fill_check_cases();
   std::vector<std::string> names;
   for (const AllocApi& api : apis) names.push_back(api.name);
   RatioReporter reporter(names);

@@ -1,0 +1,97 @@
+#include "debug/quarantine.h"
+
+#include "core/assert.h"
+#include "core/options.h"
+#include "core/platform.h"
+
+namespace brisk::debug {
+namespace {
+
+// The calling thread's shard index plus one; 0 until its first push. Shared by all quarantines
+// of the process (there is one outside tests), which keeps the TLS to one word.
+thread_local unsigned t_shard = 0;
+
+}  // namespace
+
+std::size_t Quarantine::default_budget() {
+  return static_cast<std::size_t>(options::get(options::Id::kDebugQuarantine));
+}
+
+bool Quarantine::init(std::size_t budget_bytes, std::size_t entries_per_shard) {
+  BRISK_ASSERT(capacity_ == 0 && entries_per_shard > 0);
+  const std::size_t page = 4096;
+  const std::size_t ring_bytes = (entries_per_shard * sizeof(QuarantinedBlock) + page - 1) / page * page;
+  for (Shard& shard : shards_) {
+    shard.ring = static_cast<QuarantinedBlock*>(platform::map(ring_bytes));
+    if (shard.ring == nullptr) return false;
+  }
+  capacity_ = ring_bytes / sizeof(QuarantinedBlock);
+  shard_budget_ = budget_bytes / kShards;
+  return true;
+}
+
+Quarantine::Shard& Quarantine::my_shard() {
+  if (BRISK_UNLIKELY(t_shard == 0)) t_shard = next_shard_.fetch_add(1, std::memory_order_relaxed) % kShards + 1;
+  return shards_[t_shard - 1];
+}
+
+QuarantinedBlock Quarantine::pop_oldest(Shard& shard) {
+  BRISK_ASSERT(shard.lock.is_locked() && shard.count > 0);
+  const QuarantinedBlock oldest = shard.ring[shard.head];
+  shard.bytes -= oldest.bytes;
+  shard.head = shard.head + 1 == capacity_ ? 0 : shard.head + 1;
+  --shard.count;
+  return oldest;
+}
+
+std::size_t Quarantine::push(void* block, std::size_t bytes, QuarantinedBlock* evicted, std::size_t capacity) {
+  BRISK_ASSERT(capacity_ > 0 && capacity >= 1);
+  Shard& shard = my_shard();
+  LockGuard guard(shard.lock);
+  std::size_t n = 0;
+  if (shard.count == capacity_) evicted[n++] = pop_oldest(shard);
+  const std::size_t tail = (shard.head + shard.count) % capacity_;
+  shard.ring[tail] = {block, bytes};
+  ++shard.count;
+  shard.bytes += bytes;
+  // bytes > 0 implies a block to take, so this ends.
+  while (n < capacity && shard.bytes > shard_budget_) evicted[n++] = pop_oldest(shard);
+  return n;
+}
+
+std::size_t Quarantine::take_excess(QuarantinedBlock* out, std::size_t capacity) {
+  Shard& shard = my_shard();
+  LockGuard guard(shard.lock);
+  std::size_t n = 0;
+  while (n < capacity && shard.bytes > shard_budget_) out[n++] = pop_oldest(shard);
+  return n;
+}
+
+std::size_t Quarantine::drain(QuarantinedBlock* out, std::size_t capacity) {
+  std::size_t n = 0;
+  for (Shard& shard : shards_) {
+    LockGuard guard(shard.lock);
+    while (n < capacity && shard.count > 0) out[n++] = pop_oldest(shard);
+  }
+  return n;
+}
+
+void Quarantine::for_each(void (*visit)(const QuarantinedBlock& block, void* context), void* context) {
+  for (Shard& shard : shards_) {
+    LockGuard guard(shard.lock);
+    for (std::size_t i = 0, at = shard.head; i < shard.count; ++i, at = at + 1 == capacity_ ? 0 : at + 1)
+      visit(shard.ring[at], context);
+  }
+}
+
+Quarantine::Totals Quarantine::totals() {
+  Totals sum{0, 0};
+  for (Shard& shard : shards_) {
+    LockGuard guard(shard.lock);
+    sum.bytes += shard.bytes;
+    sum.count += shard.count;
+  }
+  return sum;
+}
+
+}  // namespace brisk::debug

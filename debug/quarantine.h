@@ -1,0 +1,79 @@
+// Quarantine: freed debug blocks wait here, first in first out, before their memory is reused,
+// so that a write after free has time to damage the freed pattern and be seen.
+//
+// Interface for the debug layer's integration:
+//   init(budget, entries_per_shard)     maps the shards' rings from core/platform. The budget
+//                                       (BRISK_DEBUG_QUARANTINE: default_budget()) is split
+//                                       evenly between kShards shards.
+//   push(block, bytes, evicted, cap)    puts a freed block in the calling thread's shard and
+//                                       takes out that shard's oldest blocks, into evicted (oldest
+//                                       first, up to cap >= 1): one if its ring was full, then
+//                                       while it holds more than its budget. The caller checks each
+//                                       evicted block's freed pattern and really frees it. A
+//                                       block larger than the shard's budget comes straight back.
+//   take_excess(out, cap)               the rest, when push's cap was too small.
+//   drain(out, cap)                     takes blocks out of every shard, oldest first per shard.
+//   for_each(visit, context)            visits every quarantined block (brisk_check_heap), each
+//                                       shard under its lock.
+//
+// Order is FIFO within a shard; a thread keeps its shard, so each thread's frees leave in the
+// order it made them. Threads share no lock on a free unless they share a shard (threads are
+// spread round-robin over kShards shards). `bytes` passed in is what counts against the budget.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "core/hints.h"
+#include "core/lock.h"
+
+namespace brisk::debug {
+
+struct QuarantinedBlock {
+  void* block;
+  std::size_t bytes;
+};
+
+class Quarantine {
+ public:
+  static constexpr unsigned kShards = 8;
+
+  // BRISK_DEBUG_QUARANTINE, read through core/options.
+  static std::size_t default_budget();
+
+  bool init(std::size_t budget_bytes, std::size_t entries_per_shard);
+  std::size_t push(void* block, std::size_t bytes, QuarantinedBlock* evicted, std::size_t capacity);
+  std::size_t take_excess(QuarantinedBlock* out, std::size_t capacity);
+  std::size_t drain(QuarantinedBlock* out, std::size_t capacity);
+  void for_each(void (*visit)(const QuarantinedBlock& block, void* context), void* context);
+
+  // Totals over the shards (each read under its lock, so exact when no thread pushes).
+  struct Totals {
+    std::size_t bytes;
+    std::size_t count;
+  };
+  Totals totals();
+  std::size_t bytes() { return totals().bytes; }
+  std::size_t count() { return totals().count; }
+  std::size_t shard_budget() const { return shard_budget_; }
+
+ private:
+  struct alignas(BRISK_CACHELINE) Shard {
+    SpinLock lock;
+    QuarantinedBlock* ring = nullptr;  // capacity entries; the oldest at head
+    std::size_t head = 0;
+    std::size_t count = 0;
+    std::size_t bytes = 0;
+  };
+  Shard& my_shard();
+  // The shard's oldest block, taken out. The shard's lock is held and it is not empty.
+  QuarantinedBlock pop_oldest(Shard& shard);
+
+  Shard shards_[kShards];
+  std::size_t capacity_ = 0;  // ring entries per shard
+  std::size_t shard_budget_ = 0;
+  std::atomic<unsigned> next_shard_{0};
+};
+
+}  // namespace brisk::debug

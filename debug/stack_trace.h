@@ -1,0 +1,71 @@
+// Stack traces for debug blocks: capture, a depot that stores each distinct stack once, and
+// symbolisation for reports.
+//
+// Interface for the debug layer's integration:
+//   stack_trace_init()                  finds libgcc's unwinder (dlsym, else dlopen of
+//                                       libgcc_s.so.1). Both may call malloc: call it once at
+//                                       debug-mode start, outside every allocator lock. False if
+//                                       no unwinder was found (captures then return 0 frames).
+//   capture_stack(frames, max, skip)    the calling thread's return addresses, innermost first,
+//                                       skipping `skip` callers of capture_stack. No malloc, no
+//                                       lock; works without frame pointers (DWARF CFI unwinding).
+//   StackDepot                          stores a stack once and names it by a 32-bit id; bounded
+//                                       (a full depot returns kNoStack and counts the drop).
+//                                       Lock-free: any thread may store and fetch at any time.
+//   format_frame(pc, out, capacity)     "module+0xoffset (symbol+0xoffset)", or
+//                                       "module+0xoffset" without a symbol (dladdr), so addr2line
+//                                       -e module 0xoffset names the line. Never mallocs.
+//
+// Frames are return addresses; format_frame prints the offset of pc - 1, the call instruction's
+// last byte, so addr2line names the calling line and not the next one.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace brisk::debug {
+
+inline constexpr int kMaxStackDepth = 64;
+inline constexpr std::uint32_t kNoStack = 0;
+
+bool stack_trace_init();
+int capture_stack(std::uintptr_t* frames, int max_depth, int skip);
+std::size_t format_frame(std::uintptr_t pc, char* out, std::size_t capacity);
+
+class StackDepot {
+ public:
+  // Maps a table for max_stacks stacks and an arena of arena_bytes from core/platform (lazily
+  // committed: untouched pages stay non-resident). False if mapping failed. Call once.
+  bool init(std::uint32_t max_stacks, std::size_t arena_bytes);
+  // The id of this stack, storing it if new. kNoStack for depth 0 or a full depot.
+  std::uint32_t store(const std::uintptr_t* frames, int depth);
+  // The stack of an id store returned: its depth, and *frames pointing into the depot.
+  int fetch(std::uint32_t id, const std::uintptr_t** frames) const;
+
+  std::size_t stored() const { return stored_.load(std::memory_order_relaxed); }
+  std::size_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
+  std::size_t mapped_bytes() const { return table_bytes_ + arena_bytes_; }
+
+ private:
+  // A record in the arena, 8-byte aligned: hash, depth, then depth frames.
+  struct Record {
+    std::uint32_t hash;
+    std::uint32_t depth;
+    std::uintptr_t frames[];
+  };
+  const Record* record(std::uint32_t id) const;
+
+  // Slot i holds an id (the record's arena offset in 8-byte words, plus 1) or 0 when empty.
+  std::atomic<std::uint32_t>* table_ = nullptr;
+  std::size_t slot_mask_ = 0;
+  std::size_t table_bytes_ = 0;
+  std::uint8_t* arena_ = nullptr;
+  std::size_t arena_bytes_ = 0;
+  std::uint32_t max_stacks_ = 0;
+  std::atomic<std::size_t> arena_used_{0};
+  std::atomic<std::size_t> stored_{0};
+  std::atomic<std::size_t> dropped_{0};
+};
+
+}  // namespace brisk::debug

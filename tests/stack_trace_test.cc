@@ -1,0 +1,174 @@
+// debug/stack_trace: capture (depth, call sites, through a shared object built without frame
+// pointers), the stack depot (one id per distinct stack, bounded memory under millions of
+// stacks, concurrent stores), and frame symbolisation.
+#include "debug/stack_trace.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/platform.h"
+
+#ifdef BRISK_TEST_SANITIZED
+constexpr int kScale = 4;
+#else
+constexpr int kScale = 1;
+#endif
+
+using CaptureFn = int (*)(std::uintptr_t* frames, int max_depth, int skip);
+extern "C" int nofp_capture(CaptureFn capture, std::uintptr_t* frames, int max_depth, std::uintptr_t* return_address);
+
+namespace {
+
+using brisk::debug::capture_stack;
+using brisk::debug::kNoStack;
+using brisk::debug::StackDepot;
+
+class StackTrace : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { ASSERT_TRUE(brisk::debug::stack_trace_init()); }
+};
+
+// Both call sites below are in separate noinline functions, so their stacks differ in frame 1.
+__attribute__((noinline)) std::uint32_t RecordHere(StackDepot* depot) {
+  std::uintptr_t frames[8];
+  const int depth = capture_stack(frames, 8, 0);
+  asm volatile("" ::: "memory");
+  return depot->store(frames, depth);
+}
+
+__attribute__((noinline)) std::uint32_t SiteA(StackDepot* depot) {
+  const std::uint32_t id = RecordHere(depot);
+  asm volatile("" ::: "memory");
+  return id;
+}
+
+__attribute__((noinline)) std::uint32_t SiteB(StackDepot* depot) {
+  const std::uint32_t id = RecordHere(depot);
+  asm volatile("" ::: "memory");
+  return id;
+}
+
+TEST_F(StackTrace, TheSameCallSiteGivesTheSameIdAndDifferentSitesDiffer) {
+  StackDepot depot;
+  ASSERT_TRUE(depot.init(1024, 1 << 20));
+  std::vector<std::uint32_t> a, b;
+  for (int i = 0; i < 3; ++i) {
+    a.push_back(SiteA(&depot));  // one call site, three times
+    b.push_back(SiteB(&depot));
+  }
+  ASSERT_NE(a[0], kNoStack);
+  EXPECT_EQ(a[1], a[0]);
+  EXPECT_EQ(a[2], a[0]);
+  EXPECT_EQ(b[1], b[0]);
+  EXPECT_NE(a[0], b[0]);
+  EXPECT_EQ(depot.stored(), 2u);
+  const std::uintptr_t* frames = nullptr;
+  EXPECT_EQ(depot.fetch(a[0], &frames), 8);
+}
+
+TEST_F(StackTrace, DepthIsHonouredAndSkipDropsTheInnermostFrames) {
+  std::uintptr_t frames[brisk::debug::kMaxStackDepth];
+  EXPECT_EQ(capture_stack(frames, 0, 0), 0);
+  EXPECT_EQ(capture_stack(frames, 1, 0), 1);
+  EXPECT_EQ(capture_stack(frames, 3, 0), 3);
+  const int all = capture_stack(frames, brisk::debug::kMaxStackDepth, 0);
+  EXPECT_GT(all, 4);  // this test, gtest's runner frames, main
+  std::uintptr_t skipped[brisk::debug::kMaxStackDepth];
+  const int fewer = capture_stack(skipped, brisk::debug::kMaxStackDepth, 2);
+  ASSERT_EQ(fewer, all - 2);
+  // Frames above this function are the same in both captures.
+  EXPECT_TRUE(std::equal(skipped + 1, skipped + fewer, frames + 3));
+}
+
+// The test's own functions are compiled without frame pointers too (tests/CMakeLists.txt).
+__attribute__((noinline)) int CallThroughLibrary(std::uintptr_t* frames, int max_depth, std::uintptr_t* into_caller,
+                                                 std::uintptr_t* into_callers_caller) {
+  *into_callers_caller = reinterpret_cast<std::uintptr_t>(__builtin_return_address(0));
+  const int depth = nofp_capture(capture_stack, frames, max_depth, into_caller);
+  asm volatile("" ::: "memory");
+  return depth;
+}
+
+TEST_F(StackTrace, ACaptureInsideAFramePointerlessLibraryFindsItsCallers) {
+  std::uintptr_t frames[16];
+  std::uintptr_t into_caller = 0, into_callers_caller = 0;
+  const int depth = CallThroughLibrary(frames, 16, &into_caller, &into_callers_caller);
+  ASSERT_GE(depth, 3);
+  // frames[0] is inside nofp_capture; then its return into CallThroughLibrary; then into this test.
+  EXPECT_EQ(frames[1], into_caller);
+  EXPECT_EQ(frames[2], into_callers_caller);
+  char text[512];
+  brisk::debug::format_frame(frames[0], text, sizeof text);
+  EXPECT_NE(std::string(text).find("libbrisk_stack_trace_nofp.so+0x"), std::string::npos) << text;
+  EXPECT_NE(std::string(text).find("(nofp_capture+0x"), std::string::npos) << text;
+}
+
+// Two million distinct stacks into a depot bounded at 100,000: the rest are dropped and counted,
+// the mapping never grows, and a stack stored before the depot filled still finds its id.
+TEST_F(StackTrace, TheDepotStaysBoundedUnderMillionsOfStacks) {
+  constexpr std::uint32_t kLimit = 100000;
+  constexpr int kDepth = 8;
+  StackDepot depot;
+  ASSERT_TRUE(depot.init(kLimit, kLimit * (8 + 8 * kDepth)));
+  const std::size_t mapped = depot.mapped_bytes();
+  EXPECT_LE(mapped, std::size_t{16} << 20);
+  const std::size_t total = 2000000 / kScale;
+  std::uintptr_t frames[kDepth];
+  std::vector<std::uint32_t> first_ids;
+  for (std::size_t i = 0; i < total; ++i) {
+    for (int k = 0; k < kDepth; ++k) frames[k] = 0x400000 + i * 64 + static_cast<std::size_t>(k);
+    const std::uint32_t id = depot.store(frames, kDepth);
+    if (i < 10) first_ids.push_back(id);
+    if (i < kLimit) {
+      ASSERT_NE(id, kNoStack) << i;
+    } else {
+      ASSERT_EQ(id, kNoStack) << i;
+    }
+  }
+  EXPECT_EQ(depot.stored(), kLimit);
+  EXPECT_EQ(depot.dropped(), total - kLimit);
+  EXPECT_EQ(depot.mapped_bytes(), mapped);
+  for (std::size_t i = 0; i < 10; ++i) {
+    for (int k = 0; k < kDepth; ++k) frames[k] = 0x400000 + i * 64 + static_cast<std::size_t>(k);
+    EXPECT_EQ(depot.store(frames, kDepth), first_ids[i]);
+    const std::uintptr_t* stored = nullptr;
+    ASSERT_EQ(depot.fetch(first_ids[i], &stored), kDepth);
+    EXPECT_EQ(std::memcmp(stored, frames, sizeof frames), 0);
+  }
+}
+
+TEST_F(StackTrace, ConcurrentStoresOfTheSameStacksAgreeOnTheirIds) {
+  constexpr int kStacks = 2000;
+  StackDepot depot;
+  ASSERT_TRUE(depot.init(kStacks, kStacks * 64));
+  std::vector<std::uint32_t> ids[2];
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t) {
+    threads.emplace_back([&depot, &ids, t] {
+      for (int i = 0; i < kStacks; ++i) {
+        const std::uintptr_t frames[3] = {static_cast<std::uintptr_t>(i) + 1, 2, 3};
+        ids[t].push_back(depot.store(frames, 3));
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(ids[0], ids[1]);
+  EXPECT_EQ(depot.stored(), static_cast<std::size_t>(kStacks));
+  EXPECT_EQ(std::count(ids[0].begin(), ids[0].end(), kNoStack), 0);
+}
+
+TEST_F(StackTrace, AnEmptyStackHasNoId) {
+  StackDepot depot;
+  ASSERT_TRUE(depot.init(16, 4096));
+  std::uintptr_t frame = 1;
+  EXPECT_EQ(depot.store(&frame, 0), kNoStack);
+  const std::uintptr_t* frames = nullptr;
+  EXPECT_EQ(depot.fetch(kNoStack, &frames), 0);
+}
+
+}  // namespace
