@@ -42,16 +42,16 @@ inline constexpr std::size_t kRegionMapEntries = std::size_t{1} << (kAddressBits
 inline constexpr unsigned kRemoteSlots = 8;
 inline constexpr unsigned kRemoteBatch = 64;
 // ... or when its blocks add up to this many bytes: a batch of medium blocks must not park
-// megabytes in a thread that happens to free them (measured: the realloc-chain stress workload
-// reached 423 MB peak RSS before this bound, against 48 MB under glibc).
+// megabytes in a thread that happens to free them (without the bound, the realloc-chain stress
+// workload peaked at 423 MB RSS, against 48 MB under glibc).
 inline constexpr std::size_t kRemoteBatchBytes = 256 * 1024;
 
 // A thread keeps the current span of a class even when it empties, so alloc/free ping-pong
 // stays on the fast path. One-page spans are always kept (at most 56 of them); of the larger
 // ones (classes above 8 KiB, up to 512 KiB a span) only the kRetainedLargeSpans most recently
-// emptied: keeping them all held 1.5 MB of resident pages per thread in MMtest's strings test,
-// which no purge could reach. 8 made MMtest's medium test (12 such classes in turn) release and
-// recreate spans every iteration.
+// emptied, since empty spans kept are resident pages no purge reaches. It must exceed the
+// number of large classes a workload cycles through (MMtest's medium test cycles through 12),
+// or each pass releases and recreates their spans.
 inline constexpr unsigned kRetainedLargeSpans = 16;
 
 // Free-list links are stored XOR a secret per-block mask (core/free_key.h), and alloc_small
