@@ -5,7 +5,7 @@
 #include "core/lock.h"
 #include "core/platform.h"
 #include "debug/stack_trace.h"
-#include "debug/text_writer.h"
+#include "core/text_writer.h"
 
 namespace brisk::debug {
 namespace {

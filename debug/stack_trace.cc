@@ -6,7 +6,7 @@
 
 #include "core/assert.h"
 #include "core/platform.h"
-#include "debug/text_writer.h"
+#include "core/text_writer.h"
 
 namespace brisk::debug {
 namespace {
@@ -154,16 +154,18 @@ std::uint32_t StackDepot::store(const std::uintptr_t* frames, int depth) {
       continue;
     }
     if (fresh == kNoStack) {
-      // Reserve a record: a count of stacks and the arena bound the depot's memory.
-      if (stored_.fetch_add(1, std::memory_order_relaxed) >= max_stacks_) {
-        stored_.fetch_sub(1, std::memory_order_relaxed);
+      // The arena bounds the depot's memory; the count of published stacks bounds the table's
+      // load. Only published stacks count: two threads racing to store the same new stack
+      // must not make a third one's different stack look like overflow. Racing publishers can
+      // pass max_stacks_ by fewer than the number of threads, and the table has twice
+      // max_stacks_ slots, so a probe still always ends at an empty slot.
+      if (stored_.load(std::memory_order_relaxed) >= max_stacks_) {
         dropped_.fetch_add(1, std::memory_order_relaxed);
         return kNoStack;
       }
       const std::size_t bytes = sizeof(Record) + frame_bytes;
       const std::size_t offset = arena_used_.fetch_add(bytes, std::memory_order_relaxed);
       if (offset + bytes > arena_bytes_) {
-        stored_.fetch_sub(1, std::memory_order_relaxed);
         dropped_.fetch_add(1, std::memory_order_relaxed);
         return kNoStack;
       }
@@ -174,11 +176,11 @@ std::uint32_t StackDepot::store(const std::uintptr_t* frames, int depth) {
       fresh = static_cast<std::uint32_t>(offset / 8 + 1);
     }
     // Release publishes the record's contents with its id.
-    if (table_[slot].compare_exchange_strong(id, fresh, std::memory_order_release, std::memory_order_acquire)) return fresh;
-    if (same(id)) {
-      stored_.fetch_sub(1, std::memory_order_relaxed);
-      return id;
+    if (table_[slot].compare_exchange_strong(id, fresh, std::memory_order_release, std::memory_order_acquire)) {
+      stored_.fetch_add(1, std::memory_order_relaxed);
+      return fresh;
     }
+    if (same(id)) return id;
   }
 }
 

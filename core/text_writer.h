@@ -1,11 +1,12 @@
-// TextWriter: appends text and numbers to a fixed buffer without malloc, for reports and frame
-// names (debug/report.cc, debug/stack_trace.cc). What does not fit is dropped and remembered.
+// TextWriter: appends text and numbers to a fixed buffer without malloc, for fatal reports
+// (core/report.cc), debug reports and frame names (debug/report.cc, debug/stack_trace.cc). What
+// does not fit is dropped and remembered.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
-namespace brisk::debug {
+namespace brisk {
 
 class TextWriter {
  public:
@@ -67,4 +68,4 @@ class TextWriter {
   bool capacity_zero() const { return end_ == nullptr; }
 };
 
-}  // namespace brisk::debug
+}  // namespace brisk
