@@ -26,6 +26,10 @@ const std::vector<Workload>& workloads() {
       {"medium", run_medium, "MMtest 2: 10..100 KiB blocks, realloc to 20..200 KiB", true, true},
       {"large", run_large, "MMtest 3: 10..100 MiB blocks", true, false},
       {"strings", run_strings, "MMtest 4: string concatenation", true, true},
+      {"small-raw", run_small_as_written, "MMtest 1 as written: no block is written or read", false, false},
+      {"medium-raw", run_medium_as_written, "MMtest 2 as written", false, false},
+      {"large-raw", run_large_as_written, "MMtest 3 as written: 10..100 MiB blocks never touched", false, false},
+      {"strings-raw", run_strings_as_written, "MMtest 4 as written: no final check", false, false},
       {"prodcons", run_prodcons, "producers hand blocks to consumers that free them", false, true},
       {"larson", run_larson, "threads replace random slots, then hand the pool on", false, true},
       {"churn", run_churn, "rounds of short-lived threads; RSS must stay bounded", false, true},
@@ -52,9 +56,10 @@ void print_help() {
   std::puts("verifies every block. Exit status: 0 ok, 1 verification failed, 2 wrong usage.\n");
   std::puts("workloads (none named = mmtest):");
   for (const Workload& w : workloads())
-    std::printf("  %-9s %s\n", w.name, w.summary);
-  std::puts("  mmtest    small, medium, large and strings");
-  std::puts("  all       every workload\n");
+    std::printf("  %-11s %s\n", w.name, w.summary);
+  std::puts("  mmtest      small, medium, large and strings");
+  std::puts("  mmtest-raw  small-raw, medium-raw, large-raw and strings-raw");
+  std::puts("  all         every workload\n");
   std::puts("options:");
   std::puts("  --threads N    threads of the parallel runs (1..1024, default 10)");
   std::puts("  --scale PCT    work per workload as a percentage of the standard count (default 100)");
@@ -100,6 +105,10 @@ void add_workload(Options& options, std::string_view name) {
   if (name == "mmtest") {
     for (const Workload& w : workloads())
       if (w.in_mmtest) add(w.name);
+    return;
+  }
+  if (name == "mmtest-raw") {
+    for (const char* n : {"small-raw", "medium-raw", "large-raw", "strings-raw"}) add(n);
     return;
   }
   for (const Workload& w : workloads()) {

@@ -89,16 +89,23 @@ Row& Recorder::last_row(const std::string& workload, int threads) {
 void Recorder::measure(const std::string& workload, int threads,
                        const std::function<std::uint64_t()>& body, std::string note) {
   reset_peak_rss();
+  rusage ru0;
+  getrusage(RUSAGE_SELF, &ru0);
   const double wall0 = wall_now_ms();
   const double cpu0 = cpu_now_ms();
   const std::uint64_t ops = body();
   const double wall1 = wall_now_ms();
   const double cpu1 = cpu_now_ms();
+  rusage ru1;
+  getrusage(RUSAGE_SELF, &ru1);
   const std::uint64_t rss = peak_rss_kib();
 
   Row& row = find_or_add(workload, threads);
   row.wall_ms += wall1 - wall0;
   row.cpu_ms += cpu1 - cpu0;
+  auto ms = [](const timeval& t) { return t.tv_sec * 1e3 + t.tv_usec / 1e3; };
+  row.sys_ms += ms(ru1.ru_stime) - ms(ru0.ru_stime);
+  row.minor_faults += static_cast<std::uint64_t>(ru1.ru_minflt - ru0.ru_minflt);
   row.ops += ops;
   if (rss > row.peak_rss_kib) row.peak_rss_kib = rss;
   if (!note.empty()) row.note = std::move(note);

@@ -10,6 +10,7 @@
 // Here GetMemory/ReallocMemory/FreeMemory are malloc/realloc/free and the parallel for is a
 // 10-way tbb::parallel_for in a task_arena of --threads threads. Unlike the original, every
 // block carries a verified pattern (pattern.h); that work is the same for every allocator.
+// The *-raw workloads run the tests as written, touching no block (below).
 #include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/partitioner.h>
 #include <oneapi/tbb/task_arena.h>
@@ -127,6 +128,62 @@ std::uint64_t string_test(Context& ctx, const char* name, std::uint32_t task,
   return 2 * (2 * repeats + 1);
 }
 
+// ---- MMtest as written ---------------------------------------------------------------------
+// The same four tests with nothing but what the original does: its blocks are never written
+// or read, so the large test in particular measures mapping and unmapping, not page faults.
+// The only addition is an empty asm that takes each pointer, so the compiler cannot drop a
+// malloc/free pair it sees through.
+
+inline void keep(void* p) { asm volatile("" : : "g"(p) : "memory"); }
+
+void* checked(const char* name, void* p, std::uint32_t task, std::uint64_t i, std::uint32_t j) {
+  if (p == nullptr) fail_verify(name, BlockId{task, i, j}, 0, "allocation returned NULL");
+  keep(p);
+  return p;
+}
+
+std::uint64_t memory_test_as_written(Context& ctx, const char* name, std::uint32_t task,
+                                     std::size_t coeff, std::uint64_t iterations) {
+  void* p[kBlocksPerIteration + 1];
+  for (std::uint64_t i = 0; i < iterations; ++i) {
+    for (std::uint32_t j = 1; j <= kBlocksPerIteration; ++j)
+      p[j] = checked(name, std::malloc(j * 10 * coeff), task, i, j);
+    for (std::uint32_t j = 1; j <= kBlocksPerIteration; ++j)
+      p[j] = checked(name, std::realloc(p[j], j * 20 * coeff), task, i, j);
+    for (std::uint32_t j = 1; j <= kBlocksPerIteration; ++j) std::free(p[j]);
+    if ((i + 1) % kProgressBatch == 0) ctx.progress.advance(kProgressBatch);
+  }
+  ctx.progress.advance(iterations % kProgressBatch);
+  return iterations * 3 * kBlocksPerIteration;
+}
+
+std::uint64_t memory_test2_as_written(Context& ctx, const char* name, std::uint32_t task,
+                                      std::uint64_t iterations) {
+  constexpr std::size_t kMiB10 = 10485760;
+  void* p[kBlocksPerIteration + 1];
+  for (std::uint64_t i = 0; i < iterations; ++i) {
+    for (std::uint32_t j = 1; j <= kBlocksPerIteration; ++j)
+      p[j] = checked(name, std::malloc(j * kMiB10), task, i, j);
+    for (std::uint32_t j = 1; j <= kBlocksPerIteration; ++j) std::free(p[j]);
+    ctx.progress.advance(1);
+  }
+  return iterations * 2 * kBlocksPerIteration;
+}
+
+// The string test as the original writes it, `Result := Result + sTemp` as an append and
+// `sTemp + Result + sTemp` as two concatenations, without the final check of every byte.
+std::uint64_t string_test_as_written(Context& ctx, std::uint64_t repeats) {
+  std::string temp;
+  for (int c = 32; c <= 132; ++c) temp = temp + static_cast<char>(c);
+  std::string result;
+  for (std::uint64_t i = 0; i < repeats; ++i) result = result + temp;
+  for (std::uint64_t i = 0; i < repeats; ++i) result = temp + result + temp;
+  keep(result.data());
+  ctx.progress.advance(1);
+  // About one new and one delete per concatenation (std::string's growth decides the rest).
+  return 2 * (101 + 3 * repeats);
+}
+
 // Runs one MMtest test on one thread, then as the 10-way parallel for.
 void run_both(Context& ctx, const char* name, std::uint64_t units_per_run,
               const std::function<std::uint64_t(std::uint32_t task)>& test) {
@@ -177,6 +234,29 @@ void run_strings(Context& ctx) {
   const std::uint64_t repeats = ctx.scaled(1000, 300);
   run_both(ctx, "strings", 1,
            [&](std::uint32_t task) { return string_test(ctx, "strings", task, repeats); });
+}
+
+void run_small_as_written(Context& ctx) {
+  const std::uint64_t n = ctx.scaled(100000, 2000);
+  run_both(ctx, "small-raw", n,
+           [&](std::uint32_t task) { return memory_test_as_written(ctx, "small-raw", task, 1, n); });
+}
+
+void run_medium_as_written(Context& ctx) {
+  const std::uint64_t n = ctx.scaled(100000, 20);
+  run_both(ctx, "medium-raw", n,
+           [&](std::uint32_t task) { return memory_test_as_written(ctx, "medium-raw", task, 1024, n); });
+}
+
+void run_large_as_written(Context& ctx) {
+  const std::uint64_t n = ctx.scaled(10000, 4);
+  run_both(ctx, "large-raw", n,
+           [&](std::uint32_t task) { return memory_test2_as_written(ctx, "large-raw", task, n); });
+}
+
+void run_strings_as_written(Context& ctx) {
+  const std::uint64_t repeats = ctx.scaled(1000, 300);
+  run_both(ctx, "strings-raw", 1, [&](std::uint32_t) { return string_test_as_written(ctx, repeats); });
 }
 
 }  // namespace brisk::stress

@@ -38,17 +38,17 @@ double overall_ops_per_sec(const std::vector<Row>& rows) {
 }
 
 void print_table(const std::vector<Row>& rows) {
-  std::printf("%-10s %7s %11s %11s %13s %14s  %s\n", "workload", "threads", "wall_ms", "cpu_ms",
-              "peak_rss_kib", "ops_per_sec", "note");
+  std::printf("%-14s %7s %11s %11s %10s %12s %13s %14s  %s\n", "workload", "threads", "wall_ms",
+              "cpu_ms", "sys_ms", "minor_faults", "peak_rss_kib", "ops_per_sec", "note");
   for (const Row& row : rows) {
     if (row.skipped) {
-      std::printf("%-10s %7s %11s %11s %13s %14s  %s\n", row.workload.c_str(), "-", "-", "-", "-",
-                  "-", row.note.c_str());
+      std::printf("%-14s %7s %11s %11s %10s %12s %13s %14s  %s\n", row.workload.c_str(), "-", "-",
+                  "-", "-", "-", "-", "-", row.note.c_str());
       continue;
     }
-    std::printf("%-10s %7d %11.1f %11.1f %13" PRIu64 " %14.0f  %s\n", row.workload.c_str(),
-                row.threads, row.wall_ms, row.cpu_ms, row.peak_rss_kib, row_ops_per_sec(row),
-                row.note.c_str());
+    std::printf("%-14s %7d %11.1f %11.1f %10.1f %12" PRIu64 " %13" PRIu64 " %14.0f  %s\n",
+                row.workload.c_str(), row.threads, row.wall_ms, row.cpu_ms, row.sys_ms,
+                row.minor_faults, row.peak_rss_kib, row_ops_per_sec(row), row.note.c_str());
   }
 }
 
@@ -68,9 +68,10 @@ bool write_json(const std::string& path, const Options& options, const std::vect
     std::fprintf(f, ", \"skipped\": %s, \"threads\": %d, \"passes\": %d", row.skipped ? "true" : "false",
                  row.threads, row.passes);
     if (!row.skipped) {
-      std::fprintf(f, ", \"wall_ms\": %.3f, \"cpu_ms\": %.3f, \"peak_rss_kib\": %" PRIu64
-                   ", \"ops\": %" PRIu64 ", \"ops_per_sec\": %.1f",
-                   row.wall_ms, row.cpu_ms, row.peak_rss_kib, row.ops, row_ops_per_sec(row));
+      std::fprintf(f, ", \"wall_ms\": %.3f, \"cpu_ms\": %.3f, \"sys_ms\": %.3f, \"minor_faults\": %" PRIu64
+                   ", \"peak_rss_kib\": %" PRIu64 ", \"ops\": %" PRIu64 ", \"ops_per_sec\": %.1f",
+                   row.wall_ms, row.cpu_ms, row.sys_ms, row.minor_faults, row.peak_rss_kib, row.ops,
+                   row_ops_per_sec(row));
     }
     if (!row.series_kib.empty()) {
       std::fprintf(f, ", \"rss_kib_per_round\": [");

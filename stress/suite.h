@@ -32,6 +32,8 @@ struct Row {
   int threads = 0;
   double wall_ms = 0;
   double cpu_ms = 0;
+  double sys_ms = 0;              // of cpu_ms, in the kernel (page faults, mmap, madvise, ...)
+  std::uint64_t minor_faults = 0; // page faults served without I/O: mostly fresh pages touched
   std::uint64_t peak_rss_kib = 0;
   std::uint64_t ops = 0;  // allocation operations: malloc, calloc, realloc, free, new, delete
   bool skipped = false;
@@ -112,6 +114,10 @@ void run_small(Context&);
 void run_medium(Context&);
 void run_large(Context&);
 void run_strings(Context&);
+void run_small_as_written(Context&);
+void run_medium_as_written(Context&);
+void run_large_as_written(Context&);
+void run_strings_as_written(Context&);
 void run_prodcons(Context&);
 void run_larson(Context&);
 void run_churn(Context&);
