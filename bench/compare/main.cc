@@ -85,7 +85,9 @@ const std::vector<Suite>& suites() {
       {"mmtest", {{"small", 50}, {"medium", 0.1}, {"large", 0.1}, {"strings", 100},
                   {"small-raw", 50}, {"medium-raw", 0.1}, {"large-raw", 1}, {"strings-raw", 100}}},
       // prodcons, larson and realloc at 10% take about 1 s, churn at 5% about 2 s.
-      {"stress", {{"prodcons", 10}, {"larson", 10}, {"churn", 5}, {"realloc", 10}}},
+      // cache-thrash and cache-scratch at 100% take about 0.1 s each.
+      {"stress", {{"prodcons", 10}, {"larson", 10}, {"churn", 5}, {"realloc", 10},
+                  {"cache-thrash", 100}, {"cache-scratch", 100}}},
   };
   return all;
 }
