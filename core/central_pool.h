@@ -4,7 +4,7 @@
 // on a pool's lock never reaches the per-allocation path.
 //
 // Every span in a pool has owner == &g_orphan_heap. Only a holder of the pool's lock touches
-// such a span; blocks freed into it travel through the orphan queue (threadcache/heap.cc) and
+// such a span; blocks freed into it travel through the orphan queue (threadcache/orphans.cc) and
 // are put back under this lock.
 #pragma once
 

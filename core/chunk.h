@@ -28,7 +28,7 @@
 // successful claim may be stale: between the read and the compare-and-swap, another thread can
 // claim the pages, write them and release them, leaving free_pages as it was. Such reads only
 // choose (which run to prefer, which pages look purgeable: chunk_has_resident_run, the purge
-// check in threadcache/heap.cc); what a claimer does with the pages' contents depends only on
+// check in threadcache/purge.cc); what a claimer does with the pages' contents depends only on
 // the dirty bits it took after its compare-and-swap.
 #pragma once
 

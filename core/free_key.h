@@ -12,7 +12,8 @@
 // an offset that fits them, and each pair predicts other blocks' keys differently. Nor does a
 // key give the link mask of its block (the other half of the product). So a program that reads
 // freed memory cannot forge a free key, and an overwritten link decodes to an address nobody
-// chose, which alloc_small and the remote-chain walks catch (threadcache/heap.*).
+// chose, which alloc_small (threadcache/heap.h) and the remote-chain walks (chain_next in
+// threadcache/remote_free.cc) catch.
 #pragma once
 
 #include <cstdint>

@@ -51,7 +51,6 @@ struct Span {
   Span* all_prev = nullptr;               // the owning heap's list of every span it holds
   Span* all_next = nullptr;
 
-  char* end_of_carved() const { return start + carved_bytes; }
   bool fully_carved() const { return carved_bytes + block_size > span_bytes; }
   bool has_room() const { return free != nullptr || !fully_carved(); }
   // True if p is the start of a block of this span (p inside [start, start + span_bytes)).

@@ -30,6 +30,7 @@ class TextWriter {
     while (n > 0) put(digits[--n]);
   }
   void hex(std::uint64_t v, int min_digits) {
+    if (min_digits > 16) min_digits = 16;  // a 64-bit value has 16 hex digits
     char digits[16];
     int n = 0;
     do {

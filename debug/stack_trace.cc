@@ -147,7 +147,14 @@ std::uint32_t StackDepot::store(const std::uintptr_t* frames, int depth) {
     return r->hash == hash && r->depth == static_cast<std::uint32_t>(depth) && std::memcmp(r->frames, frames, frame_bytes) == 0;
   };
   std::uint32_t fresh = kNoStack;  // a record written but not yet published
+  // At most one pass over the table: racing publishers can fill it past max_stacks_ when it is
+  // tiny, and a probe must still end.
+  std::size_t probes = 0;
   for (std::size_t slot = hash & slot_mask_;; slot = (slot + 1) & slot_mask_) {
+    if (probes++ > slot_mask_) {
+      dropped_.fetch_add(1, std::memory_order_relaxed);
+      return kNoStack;
+    }
     std::uint32_t id = table_[slot].load(std::memory_order_acquire);
     if (id != kNoStack) {
       if (same(id)) return id;  // a record written by another thread first is wasted arena
@@ -157,8 +164,8 @@ std::uint32_t StackDepot::store(const std::uintptr_t* frames, int depth) {
       // The arena bounds the depot's memory; the count of published stacks bounds the table's
       // load. Only published stacks count: two threads racing to store the same new stack
       // must not make a third one's different stack look like overflow. Racing publishers can
-      // pass max_stacks_ by fewer than the number of threads, and the table has twice
-      // max_stacks_ slots, so a probe still always ends at an empty slot.
+      // pass max_stacks_ by fewer than the number of threads; the table has twice max_stacks_
+      // slots, and a probe that finds it full anyway drops the stack (above).
       if (stored_.load(std::memory_order_relaxed) >= max_stacks_) {
         dropped_.fetch_add(1, std::memory_order_relaxed);
         return kNoStack;

@@ -99,6 +99,13 @@ BRISK_NOINLINE void* new_failed_nothrow(std::size_t size, std::size_t alignment)
     auto next = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "_ZnwmSt11align_val_tRKSt9nothrow_t"));
     if (next != nullptr) return next(size, static_cast<std::align_val_t>(alignment), tag);
   }
+  // No libstdc++ after brisk to catch for us (-static-libstdc++, a static executable): run the
+  // handler loop here. A handler that throws then leaves through this noexcept function, which
+  // terminates, as an exception escaping any noexcept function does.
+  for (NewHandler handler = current_new_handler(); handler != nullptr; handler = current_new_handler()) {
+    handler();
+    if (void* p = retry_allocation(size, alignment)) return p;
+  }
   return nullptr;
 }
 

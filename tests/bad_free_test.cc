@@ -86,6 +86,8 @@ testing::Matcher<const std::string&> NamesVictim(std::string what = "") {
 }
 
 #define EXPECT_BRISK_ABORT(statement) EXPECT_EXIT(statement, testing::KilledBySignal(SIGABRT), NamesVictim())
+#define EXPECT_BRISK_ABORT_SAYING(statement, what) \
+  EXPECT_EXIT(statement, testing::KilledBySignal(SIGABRT), NamesVictim(what))
 
 class BadFree : public testing::Test {
  protected:
@@ -130,6 +132,24 @@ TEST_F(BadFree, DoubleFreeSmallFromAnotherThread) {
     brisk_free(p);
   };
   EXPECT_BRISK_ABORT(body());
+}
+
+// A block start in the uncarved part of a span whose thread exited: the freeing thread adopts
+// the span, and must still refuse the block (accepting it dropped the span's count to zero and
+// released it under the live block of the exited thread).
+TEST_F(BadFree, NeverHandedOutBlockOfAnExitedThreadsSpan) {
+  auto body = [] {
+    char* first = nullptr;
+    std::thread([&] { first = static_cast<char*>(brisk_malloc(64)); }).join();
+    // Spans carve one OS page at a time: 8 KiB past a fresh span's first block is a block start
+    // that was never carved.
+    char* uncarved = first + 8192;
+    Announce(uncarved);
+    brisk_free(uncarved);
+    std::fprintf(stderr, "accepted\n");
+    std::exit(0);
+  };
+  EXPECT_BRISK_ABORT_SAYING(body(), "invalid free of");
 }
 
 TEST_F(BadFree, DoubleFreeMedium) {
@@ -288,8 +308,6 @@ TEST_F(BadFree, UnalignedJunkPointer) {
 
 // realloc checks the pointer before the size: a foreign or freed pointer is reported whatever
 // size comes with it (a size it cannot serve, or 0, which would free).
-#define EXPECT_BRISK_ABORT_SAYING(statement, what) \
-  EXPECT_EXIT(statement, testing::KilledBySignal(SIGABRT), NamesVictim(what))
 
 void ReallocOf(void* p, size_t size) {
   Announce(p);

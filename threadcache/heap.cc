@@ -115,7 +115,11 @@ BRISK_NOINLINE void free_slow(void* p) {
     return;
   }
   if (owner == &g_orphan_heap && adopt_orphan_span(h, s)) {
-    // The span is ours now: this free, and the next ones into it, are local.
+    // The span is ours now: this free, and the next ones into it, are local. Its carve state is
+    // ours to read only now, so the never-handed-out test that every other path makes first
+    // comes here after the adoption.
+    if (a - reinterpret_cast<std::uintptr_t>(s->start) >= s->carved_bytes)
+      fatal_pointer_error("invalid free of", p, "never handed out");
     free_to_own_span(h, s, b, code);
     return;
   }

@@ -143,7 +143,7 @@ BRISK_ALWAYS_INLINE void free_fast(void* p) {
   free_to_own_span(h, s, b, code);
 }
 
-// Slow-path helpers shared by heap.cc and heap_lifecycle.cc.
+// Heap lifecycle (heap_lifecycle.cc), for the slow paths.
 Heap* heap_for_this_thread();          // creates the thread's heap on first use; nullptr: no memory
 inline bool heap_is_attached(const Heap* h) { return h != &g_sentinel_heap && h != &g_exited_heap; }
 // A heap attached to no thread, for one allocation of an exited thread; nullptr: no memory.

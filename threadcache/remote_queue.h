@@ -8,11 +8,12 @@
 // problem (a Treiber stack whose only pop is "take all").
 //
 // Closing (thread exit) swaps in a sentinel; a push that finds it fails, and the producer sends
-// the chain to the orphan queue instead (threadcache/heap.cc).
+// the chain to the orphan queue instead (threadcache/remote_free.cc).
 #pragma once
 
 #include <atomic>
 
+#include "core/assert.h"
 #include "core/free_key.h"
 #include "core/hints.h"
 
@@ -36,10 +37,8 @@ class RemoteQueue {
   Block* take_all() {
     if (empty()) return nullptr;
     Block* h = head_.exchange(nullptr, std::memory_order_acquire);
-    if (BRISK_UNLIKELY(h == closed())) {  // lost a race with close(): leave it closed
-      head_.store(closed(), std::memory_order_relaxed);
-      return nullptr;
-    }
+    // Only the queue's owner takes from it and closes it, so it cannot have closed in between.
+    BRISK_ASSERT(h != closed());
     return h;
   }
   // Returns what was queued and refuses further pushes.

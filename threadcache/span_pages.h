@@ -1,6 +1,8 @@
 // A heap's spans: where a new span's pages come from, lazy carving, the heap's list of every
 // span it holds, and what happens to a span that empties (kept as its class's current span,
-// retained, or released to its chunk). Only the owning heap calls these for its spans.
+// retained, or released to its chunk). Only the owning heap calls these for its spans, except
+// release_span_pages, which the holder of a central pool's lock also calls for an orphan span
+// that emptied (orphans.cc).
 #pragma once
 
 #include <cstddef>

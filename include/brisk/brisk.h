@@ -10,8 +10,8 @@
  *     or of a block that is already free, prints one line naming the pointer to stderr and
  *     aborts. A second free of a block that has not been handed out again is caught, whether
  *     the two frees come one after the other from any threads or at once from two threads
- *     other than the one that allocated it (a free by the allocating thread racing with a free
- *     by another thread is not guaranteed to be caught). A second free after the memory was
+ *     other than the one whose cache holds the block's span (a free by that thread racing with
+ *     a free by another thread is not guaranteed to be caught). A second free after the memory was
  *     handed out again frees the new block: nothing short of a quarantine can see it.
  */
 #ifndef BRISK_BRISK_H
