@@ -145,6 +145,14 @@ std::size_t decommit_pages(Chunk* c, std::uint64_t mask) {
   return bytes;
 }
 
+// Gives a chunk no one can reach any more back to the OS.
+void unmap_chunk(Chunk* c) {
+  region_set(reinterpret_cast<std::uintptr_t>(c), kRegionNone);
+  c->magic = 0;
+  platform::unmap(c, kChunkSize);
+  stats::add(stats::g.chunks_mapped, -1);
+}
+
 // Every live chunk (not the cached ones), so that a heap whose own chunks are full can use the
 // free pages of others' before mapping a new chunk. Destroying a chunk takes this lock, so a
 // chunk seen here stays mapped while the lock is held.
@@ -204,6 +212,16 @@ std::size_t chunk_purge(Chunk* c, std::uint64_t only) {
   return bytes;
 }
 
+std::size_t chunk_purge_all() {
+  std::size_t bytes = 0;
+  // Under the registry lock, so no chunk_destroy runs meanwhile: the chunks stay mapped, and no
+  // destroy fails for pages this purge holds for a moment (a chunk emptied by its last release
+  // would otherwise stay on the abandoned list, empty).
+  LockGuard g(g_registry_lock);
+  for (Chunk* c = g_registry_head; c != nullptr; c = c->reg_next) bytes += chunk_purge(c);
+  return bytes;
+}
+
 Chunk* chunk_create(Heap* owner) {
   Chunk* c = nullptr;
   if (g_cache_nonempty.load(std::memory_order_relaxed) != 0) {
@@ -249,11 +267,28 @@ bool chunk_destroy(Chunk* c) {
       return true;
     }
   }
-  region_set(reinterpret_cast<std::uintptr_t>(c), kRegionNone);
-  c->magic = 0;
-  platform::unmap(c, kChunkSize);
-  stats::add(stats::g.chunks_mapped, -1);
+  unmap_chunk(c);
   return true;
+}
+
+std::size_t chunk_cache_flush() {
+  Chunk* list = nullptr;
+  {
+    LockGuard g(g_cache_lock);
+    list = g_cache_head;
+    g_cache_head = nullptr;
+    stats::add(stats::g.chunks_cached, -static_cast<std::int64_t>(g_cache_count));
+    g_cache_count = 0;
+    g_cache_nonempty.store(0, std::memory_order_relaxed);
+  }
+  std::size_t bytes = 0;
+  while (list != nullptr) {
+    Chunk* c = list;
+    list = c->next;
+    unmap_chunk(c);
+    bytes += kChunkSize;
+  }
+  return bytes;
 }
 
 namespace {
