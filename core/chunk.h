@@ -155,6 +155,8 @@ void chunk_abandon(Chunk* c);
 Chunk* chunk_adopt(Heap* new_owner);
 // Frees an abandoned chunk that has become empty (called by whoever released its last pages).
 void chunk_release_if_abandoned_and_empty(Chunk* c);
+// Frees every abandoned chunk that is empty (brisk_trim, after chunk_purge_all).
+void chunk_destroy_empty_abandoned();
 
 // Fork support: the chunk lists' locks.
 void chunk_locks_acquire();

@@ -29,6 +29,7 @@ std::size_t thread_collect() {
 std::size_t process_trim() {
   std::size_t bytes = thread_collect();
   bytes += chunk_purge_all();
+  chunk_destroy_empty_abandoned();  // to the chunk cache, which goes next
   return bytes + chunk_cache_flush();
 }
 
