@@ -145,6 +145,14 @@ std::size_t decommit_pages(Chunk* c, std::uint64_t mask) {
   return bytes;
 }
 
+// Gives a chunk no one can reach any more back to the OS.
+void unmap_chunk(Chunk* c) {
+  region_set(reinterpret_cast<std::uintptr_t>(c), kRegionNone);
+  c->magic = 0;
+  platform::unmap(c, kChunkSize);
+  stats::add(stats::g.chunks_mapped, -1);
+}
+
 // Every live chunk (not the cached ones), so that a heap whose own chunks are full can use the
 // free pages of others' before mapping a new chunk. Destroying a chunk takes this lock, so a
 // chunk seen here stays mapped while the lock is held.
@@ -204,6 +212,17 @@ std::size_t chunk_purge(Chunk* c, std::uint64_t only) {
   return bytes;
 }
 
+std::size_t chunk_purge_all() {
+  std::size_t bytes = 0;
+  // Under the registry lock, so no chunk_destroy runs meanwhile: the chunks stay mapped, and no
+  // destroy fails for pages this purge holds for a moment. (The last release into an abandoned
+  // chunk can still find those pages taken and leave the chunk listed, empty:
+  // chunk_destroy_empty_abandoned collects such chunks.)
+  LockGuard g(g_registry_lock);
+  for (Chunk* c = g_registry_head; c != nullptr; c = c->reg_next) bytes += chunk_purge(c);
+  return bytes;
+}
+
 Chunk* chunk_create(Heap* owner) {
   Chunk* c = nullptr;
   if (g_cache_nonempty.load(std::memory_order_relaxed) != 0) {
@@ -249,11 +268,28 @@ bool chunk_destroy(Chunk* c) {
       return true;
     }
   }
-  region_set(reinterpret_cast<std::uintptr_t>(c), kRegionNone);
-  c->magic = 0;
-  platform::unmap(c, kChunkSize);
-  stats::add(stats::g.chunks_mapped, -1);
+  unmap_chunk(c);
   return true;
+}
+
+std::size_t chunk_cache_flush() {
+  Chunk* list = nullptr;
+  {
+    LockGuard g(g_cache_lock);
+    list = g_cache_head;
+    g_cache_head = nullptr;
+    stats::add(stats::g.chunks_cached, -static_cast<std::int64_t>(g_cache_count));
+    g_cache_count = 0;
+    g_cache_nonempty.store(0, std::memory_order_relaxed);
+  }
+  std::size_t bytes = 0;
+  while (list != nullptr) {
+    Chunk* c = list;
+    list = c->next;
+    unmap_chunk(c);
+    bytes += kChunkSize;
+  }
+  return bytes;
 }
 
 namespace {
@@ -261,6 +297,21 @@ void abandoned_push_locked(Chunk* c) {
   c->abandoned = true;
   chunk_list_push(g_abandoned_head, c);
   g_abandoned_count.fetch_add(1, std::memory_order_relaxed);
+}
+
+void abandoned_remove_locked(Chunk* c) {
+  chunk_list_remove(g_abandoned_head, c);
+  c->abandoned = false;
+  g_abandoned_count.fetch_sub(1, std::memory_order_relaxed);
+}
+
+// c, ownerless, off the abandoned list and seen empty, goes to the chunk cache or the OS; or onto
+// the abandoned list if another heap has just claimed pages in it.
+void destroy_or_keep_abandoned(Chunk* c) {
+  if (!chunk_destroy(c)) {
+    LockGuard g(g_abandoned_lock);
+    abandoned_push_locked(c);
+  }
 }
 }  // namespace
 
@@ -273,10 +324,7 @@ void chunk_abandon(Chunk* c) {
       return;
     }
   }
-  if (!chunk_destroy(c)) {
-    LockGuard g(g_abandoned_lock);
-    abandoned_push_locked(c);
-  }
+  destroy_or_keep_abandoned(c);
 }
 
 Chunk* chunk_adopt(Heap* new_owner) {
@@ -284,9 +332,7 @@ Chunk* chunk_adopt(Heap* new_owner) {
   LockGuard g(g_abandoned_lock);
   for (Chunk* c = g_abandoned_head; c != nullptr; c = c->next) {
     if (c->free_pages.load(std::memory_order_relaxed) != 0) {
-      chunk_list_remove(g_abandoned_head, c);
-      c->abandoned = false;
-      g_abandoned_count.fetch_sub(1, std::memory_order_relaxed);
+      abandoned_remove_locked(c);
       c->page_owner.store(new_owner, std::memory_order_release);
       return c;
     }
@@ -299,13 +345,28 @@ void chunk_release_if_abandoned_and_empty(Chunk* c) {
     LockGuard g(g_abandoned_lock);
     if (!c->abandoned) return;
     if (c->free_pages.load(std::memory_order_acquire) != kAllPagesFree) return;
-    chunk_list_remove(g_abandoned_head, c);
-    c->abandoned = false;
-    g_abandoned_count.fetch_sub(1, std::memory_order_relaxed);
+    abandoned_remove_locked(c);
   }
-  if (!chunk_destroy(c)) {
+  destroy_or_keep_abandoned(c);
+}
+
+void chunk_destroy_empty_abandoned() {
+  Chunk* empty = nullptr;
+  {
     LockGuard g(g_abandoned_lock);
-    abandoned_push_locked(c);
+    for (Chunk* c = g_abandoned_head; c != nullptr;) {
+      Chunk* next = c->next;
+      if (c->free_pages.load(std::memory_order_acquire) == kAllPagesFree) {
+        abandoned_remove_locked(c);
+        chunk_list_push(empty, c);
+      }
+      c = next;
+    }
+  }
+  while (empty != nullptr) {
+    Chunk* c = empty;
+    chunk_list_remove(empty, c);
+    destroy_or_keep_abandoned(c);
   }
 }
 

@@ -133,6 +133,12 @@ extern std::atomic<void (*)(Chunk* c, unsigned first, unsigned n)> g_chunk_claim
 bool chunk_release_pages(Chunk* c, unsigned first, unsigned n);
 // Gives the resident memory of free pages back to the OS. Returns bytes.
 std::size_t chunk_purge(Chunk* c, std::uint64_t only = ~std::uint64_t{0});
+// chunk_purge of every live chunk, whoever owns its pages: abandoned chunks, other heaps'. Sound
+// while their owners run, because chunk_purge claims what it decommits (see "Page state"); the
+// registry lock keeps each chunk mapped meanwhile. Returns bytes (brisk_trim).
+std::size_t chunk_purge_all();
+// Unmaps every chunk in the chunk cache. Returns bytes of address space unmapped.
+std::size_t chunk_cache_flush();
 
 // A new chunk, owned by `owner`, from the chunk cache or the OS. nullptr when out of memory.
 Chunk* chunk_create(Heap* owner);
@@ -149,6 +155,8 @@ void chunk_abandon(Chunk* c);
 Chunk* chunk_adopt(Heap* new_owner);
 // Frees an abandoned chunk that has become empty (called by whoever released its last pages).
 void chunk_release_if_abandoned_and_empty(Chunk* c);
+// Frees every abandoned chunk that is empty (brisk_trim, after chunk_purge_all).
+void chunk_destroy_empty_abandoned();
 
 // Fork support: the chunk lists' locks.
 void chunk_locks_acquire();

@@ -239,14 +239,17 @@ void* large_realloc(void* p, LargeHeader* h, std::size_t new_size) {
   return np;
 }
 
-void large_cache_flush() {
+std::size_t large_cache_flush() {
   LockGuard g(g_lock);
+  std::size_t bytes = 0;
   while (g_cache_used > 0) {
     CacheEntry e = g_cache[g_cache_used - 1];
     remove_entry(g_cache_used - 1);
     platform::unmap(e.base, e.size);
     stats::add(stats::g.large_bytes_mapped, -static_cast<std::int64_t>(e.size));
+    bytes += e.size;
   }
+  return bytes;
 }
 
 void large_locks_acquire() { g_lock.lock(); }

@@ -35,8 +35,8 @@ void* large_realloc(void* p, LargeHeader* h, std::size_t new_size);
 // moved a block's pages away, so a test can stand in for another thread mapping a block there.
 extern std::atomic<void (*)(void* old_p)> g_large_moved_test_hook;
 
-// Returns every cached mapping to the OS.
-void large_cache_flush();
+// Returns every cached mapping to the OS. Returns bytes unmapped.
+std::size_t large_cache_flush();
 void large_locks_acquire();
 void large_locks_release();
 void large_locks_reset_in_child();

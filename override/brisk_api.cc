@@ -24,6 +24,7 @@ BRISK_EXPORT void* brisk_aligned_alloc(size_t alignment, size_t size) {
 BRISK_EXPORT size_t brisk_usable_size(const void* p) { return usable_size_impl(p); }
 
 BRISK_EXPORT void brisk_thread_collect(void) { thread_collect(); }
+BRISK_EXPORT size_t brisk_trim(void) { return process_trim(); }
 
 BRISK_EXPORT void brisk_get_stats(brisk_stats* out) {
   if (out == nullptr) return;

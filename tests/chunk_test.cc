@@ -90,6 +90,39 @@ TEST(Chunk, AbandonedChunkIsAdoptedOrFreedWhenEmpty) {
   EXPECT_EQ(chunk_adopt(fake_owner), nullptr);
 }
 
+// brisk_trim's sweep reaches chunks no heap owns: their free pages are decommitted, their live
+// pages keep their data.
+TEST(Chunk, PurgeAllDecommitsTheFreePagesOfAnAbandonedChunk) {
+  Chunk* c = chunk_create(nullptr);
+  ASSERT_NE(c, nullptr);
+  unsigned keep = chunk_claim_pages(c, 1);
+  unsigned drop = chunk_claim_pages(c, 3);
+  std::memset(c->page_address(keep), 0xAB, kPageSize);
+  std::memset(c->page_address(drop), 0xCD, 3 * kPageSize);
+  chunk_release_pages(c, drop, 3);
+  chunk_abandon(c);
+  EXPECT_GE(chunk_purge_all(), 3 * kPageSize);
+  EXPECT_EQ(c->page_address(drop)[100], 0) << "decommitted pages read back as zero";
+  EXPECT_EQ(static_cast<unsigned char>(c->page_address(keep)[100]), 0xABu) << "live pages keep their data";
+  ASSERT_TRUE(chunk_release_pages(c, keep, 1));
+  chunk_release_if_abandoned_and_empty(c);
+  EXPECT_EQ(chunk_adopt(reinterpret_cast<Heap*>(0x1000)), nullptr);
+}
+
+// The last release into an abandoned chunk can find pages taken by a purge for a moment, and
+// then skips freeing the chunk: it is left listed, empty. brisk_trim frees such chunks.
+TEST(Chunk, AnEmptyChunkLeftOnTheAbandonedListIsFreedByTheTrimSweep) {
+  Chunk* c = chunk_create(nullptr);
+  ASSERT_NE(c, nullptr);
+  unsigned p = chunk_claim_pages(c, 1);
+  chunk_abandon(c);
+  ASSERT_TRUE(chunk_release_pages(c, p, 1));  // and no chunk_release_if_abandoned_and_empty
+  chunk_destroy_empty_abandoned();
+  Chunk* adopted = chunk_adopt(reinterpret_cast<Heap*>(0x1000));
+  EXPECT_EQ(adopted, nullptr) << "the empty chunk stayed on the abandoned list";
+  if (adopted != nullptr) chunk_destroy(adopted);
+}
+
 // Bytes of [p, p+n) that are not zero.
 std::size_t NonZeroBytes(const char* p, std::size_t n) {
   std::size_t count = 0;

@@ -85,7 +85,7 @@ void CheckBlock(const char* what, void* p, size_t size, size_t alignment) {
 
 const char* const kEntryPoints[] = {
     "malloc", "free", "calloc", "realloc", "reallocarray", "memalign", "posix_memalign", "aligned_alloc",
-    "valloc", "pvalloc", "malloc_usable_size", "free_sized", "free_aligned_sized", "cfree",
+    "valloc", "pvalloc", "malloc_usable_size", "malloc_trim", "free_sized", "free_aligned_sized", "cfree",
     // operator new: plain, nothrow, aligned, aligned nothrow; scalar and array
     "_Znwm", "_Znam", "_ZnwmRKSt9nothrow_t", "_ZnamRKSt9nothrow_t", "_ZnwmSt11align_val_t",
     "_ZnamSt11align_val_t", "_ZnwmSt11align_val_tRKSt9nothrow_t", "_ZnamSt11align_val_tRKSt9nothrow_t",
@@ -107,6 +107,7 @@ void* DirectAddress(const std::string& name) {
   if (name == "free_sized") return reinterpret_cast<void*>(&free_sized);
   if (name == "free_aligned_sized") return reinterpret_cast<void*>(&free_aligned_sized);
   if (name == "cfree") return reinterpret_cast<void*>(&cfree);
+  if (name == "malloc_trim") return reinterpret_cast<void*>(&malloc_trim);
   return nullptr;
 }
 #endif

@@ -5,9 +5,13 @@
 
 #include <brisk/brisk.h>
 
+#include <unistd.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <vector>
 
 namespace brisk_test {
 
@@ -110,6 +114,37 @@ inline size_t MixedSize(Rng& rng) {
   if (r < 969) return 257 + rng.Below(8 * 1024);
   if (r < 999) return 8 * 1024 + rng.Below(120 * 1024);
   return 256 * 1024 + rng.Below(2 * 1024 * 1024);
+}
+
+// The process's resident memory now (/proc/self/statm), in bytes; 0 if it cannot be read.
+inline size_t ResidentBytes() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  unsigned long size = 0, resident = 0;
+  int n = std::fscanf(f, "%lu %lu", &size, &resident);
+  std::fclose(f);
+  return n == 2 ? resident * static_cast<size_t>(sysconf(_SC_PAGESIZE)) : 0;
+}
+
+// Frees, with free_fn, every block but the first of each brisk chunk (4 MiB, 4 MiB-aligned), so
+// that no chunk empties and only page purging can return the freed pages. Returns the indices
+// of the blocks kept.
+template <class Free>
+std::vector<size_t> KeepOneBlockPerChunk(const std::vector<void*>& blocks, Free free_fn) {
+  std::vector<size_t> kept;
+  std::vector<uintptr_t> chunks_seen;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    uintptr_t chunk = reinterpret_cast<uintptr_t>(blocks[i]) & ~((uintptr_t{4} << 20) - 1);
+    bool seen = false;
+    for (uintptr_t c : chunks_seen) seen |= c == chunk;
+    if (seen) {
+      free_fn(blocks[i]);
+    } else {
+      chunks_seen.push_back(chunk);
+      kept.push_back(i);
+    }
+  }
+  return kept;
 }
 
 }  // namespace brisk_test

@@ -126,7 +126,7 @@ BRISK_NOINLINE void free_slow(void* p) {
   outgoing_add(h, owner, b, s->block_size);
 }
 
-void heap_collect(Heap* h) {
+std::size_t heap_collect(Heap* h) {
   heap_flush_outgoing(h);
   heap_drain_incoming(h);
   drain_orphans();
@@ -137,8 +137,8 @@ void heap_collect(Heap* h) {
       heap_release_span(h, s);
     }
   }
-  heap_purge(h, 0);
-  large_cache_flush();
+  std::size_t bytes = heap_purge(h, 0);
+  return bytes + large_cache_flush();
 }
 
 }  // namespace brisk

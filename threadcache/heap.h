@@ -158,13 +158,14 @@ void* alloc_with_borrowed_heap(Alloc alloc) {
   heap_give_back(h);
   return p;
 }
-void heap_collect(Heap* h);            // brisk_thread_collect
+std::size_t heap_collect(Heap* h);     // brisk_thread_collect; returns bytes given back to the OS
 
 // The thread cache's slow entry points for the layers above (threadcache/thread_cache.cc).
 // A medium block from the calling thread's heap, whatever state the thread is in (no heap yet,
 // or exited); nullptr when out of memory.
 void* alloc_medium_here(std::size_t size, bool zero);
-void thread_collect();  // brisk_thread_collect
+std::size_t thread_collect();  // brisk_thread_collect; returns bytes given back to the OS
+std::size_t process_trim();    // brisk_trim
 void process_init();
 
 }  // namespace brisk

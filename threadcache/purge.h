@@ -9,6 +9,7 @@
 namespace brisk {
 
 // keep: the BRISK_PURGE_BYTES threshold that triggered the check; 0 purges every free page now.
-void heap_purge(Heap* h, std::size_t keep);
+// Returns the bytes decommitted or unmapped.
+std::size_t heap_purge(Heap* h, std::size_t keep);
 
 }  // namespace brisk

@@ -1,5 +1,6 @@
 // The thread cache's entry points for the layers above that are not fast paths: they find the
 // calling thread's heap in whichever state the thread is (no heap yet, attached, or exited).
+#include "core/chunk.h"
 #include "core/large.h"
 #include "threadcache/heap.h"
 #include "threadcache/medium.h"
@@ -15,14 +16,21 @@ void* alloc_medium_here(std::size_t size, bool zero) {
   return h != nullptr ? alloc_medium(h, size, zero) : nullptr;
 }
 
-void thread_collect() {
+std::size_t thread_collect() {
   Heap* h = t_heap;
-  if (heap_is_attached(h)) {
-    heap_collect(h);
-  } else {
-    drain_orphans();
-    large_cache_flush();
-  }
+  if (heap_is_attached(h)) return heap_collect(h);
+  drain_orphans();
+  return large_cache_flush();
+}
+
+// The calling thread's collect first, so its emptied spans are free pages before the sweep.
+// Other heaps' spans, current or not, are left alone: their owners use them without a lock.
+// What the sweep can take from them is only their chunks' free pages (chunk_purge_all).
+std::size_t process_trim() {
+  std::size_t bytes = thread_collect();
+  bytes += chunk_purge_all();
+  chunk_destroy_empty_abandoned();  // to the chunk cache, which goes next
+  return bytes + chunk_cache_flush();
 }
 
 }  // namespace brisk

@@ -42,6 +42,14 @@ size_t brisk_usable_size(const void* ptr);
 /* Returns this thread's cached free memory to the central pools and the OS. */
 void brisk_thread_collect(void);
 
+/* Returns every free page of the process to the OS now: this thread's caches (as
+ * brisk_thread_collect), the free pages of every chunk (other threads' and exited threads'),
+ * the orphan queue, the empty-chunk cache and the large-block cache. Live blocks, free blocks
+ * inside spans that still hold a live block, and other threads' cached spans stay. Returns
+ * the bytes decommitted (madvise) or unmapped: 0 means nothing was given back. Safe while other
+ * threads allocate and free. malloc_trim calls it when brisk replaces malloc. */
+size_t brisk_trim(void);
+
 /* Process-wide counters, for tests, the stress suite and operators. Approximate while other
  * threads run; exact when the process is quiescent. */
 typedef struct brisk_stats {
