@@ -130,14 +130,15 @@ TEST(Measure, AVariableSetForARunReplacesTheInheritedOne) {
 }
 
 // One library under two settings through the CLI: the shim's start-up delay is its variable.
-// "slow" gets the --env value for every run (80 ms), "fast" overrides it with 0 for its own runs,
-// so slow/fast comes out near 2 (fixed-work itself works 80 ms); were the variables shared or
+// "slow" gets the --env value for every run (200 ms), "fast" overrides it with 0 for its own
+// runs, so slow/fast comes out near 2 (fixed-work itself works 200 ms: long enough that process
+// start-up on a loaded machine does not pull the ratio down); were the variables shared or
 // ignored, the two would tie.
 TEST(Cli, EachAllocatorsVariablesApplyToItsRunsOnly) {
   const std::string json = ::testing::TempDir() + "/compare_alloc_variables.json";
-  RunResult run = cli({"--pairs", "5", "--warmup", "1", "--quiet", "--json", json, "--env", "BRISK_BENCH_SHIM_DELAY_MS=80",
+  RunResult run = cli({"--pairs", "5", "--warmup", "1", "--quiet", "--json", json, "--env", "BRISK_BENCH_SHIM_DELAY_MS=200",
                        "--alloc", "fast=" BRISK_BENCH_SLOW_SHIM ",BRISK_BENCH_SHIM_DELAY_MS=0", "--alloc",
-                       "slow=" BRISK_BENCH_SLOW_SHIM, "--baseline", "fast", "--", BRISK_BENCH_FIXED_WORK, "--ms", "80"});
+                       "slow=" BRISK_BENCH_SLOW_SHIM, "--baseline", "fast", "--", BRISK_BENCH_FIXED_WORK, "--ms", "200"});
   ASSERT_EQ(run.exit_code, 0) << run.stderr_tail;
   std::ifstream in(json);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -176,11 +177,12 @@ TEST(Compare, IdenticalAllocatorsGiveAnIntervalContainingOne) {
   EXPECT_TRUE(contained) << report;
 }
 
-// The shim's constructor busy-waits 80 ms; the workload works for 80 ms. Under the shim a run
-// takes twice as long, and the driver must say so, with 1.0 outside the interval.
+// The shim's constructor busy-waits 200 ms; the workload works for 200 ms. Under the shim a run
+// takes twice as long, and the driver must say so, with 1.0 outside the interval. (At 80 ms,
+// process start-up on a machine loaded by parallel builds pulled the ratio to 1.1.)
 TEST(Compare, ATwiceSlowerAllocatorIsReportedAtRatioTwo) {
   Plan plan = plan_for({system_allocator("system"), Allocator{"slow", BRISK_BENCH_SLOW_SHIM}},
-                       {BRISK_BENCH_FIXED_WORK, "--ms", "80"}, 5, 1);
+                       {BRISK_BENCH_FIXED_WORK, "--ms", "200"}, 5, 1);
   std::vector<WorkloadResult> results = run_comparison(plan);
   const AllocatorSummary& slow = results[0].summaries[1];
   ASSERT_FALSE(results[0].failed);

@@ -1,6 +1,6 @@
 // libbrisk_bench_slow_shim.so: a preloadable "allocator" for brisk-compare's tests. It forwards
 // malloc, calloc, realloc and free to glibc (so the preload probe sees malloc defined here) and
-// its constructor busy-waits BRISK_BENCH_SHIM_DELAY_MS milliseconds (default 80) of wall time,
+// its constructor busy-waits BRISK_BENCH_SHIM_DELAY_MS milliseconds (default 200) of wall time,
 // so a workload that itself runs for that long takes twice as long under it.
 #include <chrono>
 #include <cstddef>
@@ -25,7 +25,7 @@ __attribute__((visibility("default"))) void free(void* pointer) { __libc_free(po
 namespace {
 
 __attribute__((constructor)) void delay_start() {
-  long milliseconds = 80;
+  long milliseconds = 200;
   if (const char* text = std::getenv("BRISK_BENCH_SHIM_DELAY_MS")) milliseconds = std::strtol(text, nullptr, 10);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(milliseconds);
   while (std::chrono::steady_clock::now() < deadline) {
