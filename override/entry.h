@@ -24,7 +24,7 @@ std::size_t usable_size_impl(const void* p);
 void* calloc_big(std::size_t count, std::size_t size);
 
 BRISK_ALWAYS_INLINE void* malloc_inline(std::size_t size) {
-  if (BRISK_LIKELY(size <= kSmallMax)) return alloc_small(t_heap, size_to_class(size));
+  if (BRISK_LIKELY(size <= kSmallMax)) return alloc_small(t_heap, size_to_class(size), size);
   return alloc_big(size, kMinAlign, false);
 }
 
@@ -34,7 +34,7 @@ BRISK_ALWAYS_INLINE void* calloc_inline(std::size_t count, std::size_t size) {
   std::size_t total;
   if (BRISK_UNLIKELY(__builtin_mul_overflow(count, size, &total) || total > kSmallMax))
     return calloc_big(count, size);
-  void* p = alloc_small(t_heap, size_to_class(total));
+  void* p = alloc_small(t_heap, size_to_class(total), total);
   if (BRISK_LIKELY(p != nullptr)) std::memset(p, 0, total);
   return p;
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
 
 #include "core/assert.h"
@@ -28,14 +29,18 @@ struct OutgoingBatch {
 
 class alignas(BRISK_CACHELINE) Heap {
  public:
-  constexpr explicit Heap(Span* empty) : current{} {
+  constexpr explicit Heap(Span* empty) : current{}, installed{} {
     for (auto& s : current) s = empty;
+    for (auto& s : installed) s = empty;
   }
   Heap(const Heap&) = delete;
   Heap& operator=(const Heap&) = delete;
 
   // Hot: the fast paths read only this array. Never null: an exhausted class points at a span
-  // with no free block (g_empty_span), which sends the allocation to alloc_refill.
+  // with no free block (g_empty_span), which sends the allocation to alloc_refill. The owner
+  // writes it through set_current; a debug-mode switch (debug_point_heaps_at_empty_span) may
+  // store g_empty_span into any heap's entries from another thread, so every access is a
+  // relaxed atomic one (a plain mov on x86-64: the fast path keeps its length).
   Span* current[kNumClasses];
 
   // Blocks other threads freed into this heap's spans.
@@ -43,6 +48,10 @@ class alignas(BRISK_CACHELINE) Heap {
 
   // Cold: slow paths only.
   alignas(BRISK_CACHELINE) SpanList available[kNumClasses];  // spans with free blocks, not current
+  // The span each class allocates from, as the owner last installed it: the slow paths'
+  // notion of "current". It equals current[c] except after a debug switch pointed current[c]
+  // at g_empty_span; the span stays the class's span, unlisted, and alloc_refill puts it back.
+  Span* installed[kNumClasses];
   Span* all_spans = nullptr;    // every span this heap owns (for thread exit)
   Chunk* chunks = nullptr;      // chunks this heap claims pages from
   OutgoingBatch outgoing[kRemoteSlots];
@@ -55,6 +64,7 @@ class alignas(BRISK_CACHELINE) Heap {
   std::uint8_t retained_next = 0;
   std::uint64_t aged_at_ms = 0;          // when the chunks' `aged` sets were taken
   Heap* pool_next = nullptr;
+  Heap* all_next = nullptr;  // every heap ever made, for the debug switch (never unlinked)
   std::uint32_t id = 0;
 };
 
@@ -78,18 +88,29 @@ struct BlockRef {
 };
 BlockRef checked_block(const void* p, const char* what);
 
-void* alloc_refill(Heap* h, unsigned size_class);
+// size: the size asked for (a debug block records it), in size_class.
+void* alloc_refill(Heap* h, unsigned size_class, std::size_t size);
 // Reports (and aborts on) a link in freed block b that decodes to no block: b was written after
 // it was freed, or by an overflow of the block before it.
 [[noreturn]] BRISK_COLD void free_list_damaged(const Block* b);
 void free_slow(void* p);
 void free_local_adjust(Heap* h, Span* s);
 
-// Fast path: must hold to stay here: the current span of the class has a free block.
-BRISK_ALWAYS_INLINE void* alloc_small(Heap* h, unsigned c) {
-  Span* s = h->current[c];
+inline Span* current_span(Heap* h, unsigned c) {
+  return std::atomic_ref<Span*>(h->current[c]).load(std::memory_order_relaxed);
+}
+// The owner installs s as class c's span (or g_empty_span).
+inline void set_current(Heap* h, unsigned c, Span* s) {
+  h->installed[c] = s;
+  std::atomic_ref<Span*>(h->current[c]).store(s, std::memory_order_relaxed);
+}
+
+// Fast path: must hold to stay here: the current span of the class has a free block (never
+// so in debug mode: alloc_refill keeps every current span at g_empty_span then).
+BRISK_ALWAYS_INLINE void* alloc_small(Heap* h, unsigned c, std::size_t size) {
+  Span* s = current_span(h, c);
   Block* b = s->free;
-  if (BRISK_UNLIKELY(b == nullptr)) return alloc_refill(h, c);
+  if (BRISK_UNLIKELY(b == nullptr)) return alloc_refill(h, c, size);
   auto a = reinterpret_cast<std::uintptr_t>(b);
   std::uintptr_t next = decoded_link(b, free_code(a).link_mask);
   // A free list stays inside one span, so a sound link is null or a 16-byte aligned address in
