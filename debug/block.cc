@@ -26,6 +26,8 @@
 #include "threadcache/medium.h"
 
 namespace brisk::debug {
+__thread Kind t_alloc_kind __attribute__((tls_model("initial-exec"))) = Kind::kMalloc;
+
 namespace {
 
 constexpr std::uint64_t kMagic = 0x6272697365646267ull;
@@ -264,7 +266,7 @@ void drain_evicted(QuarantinedBlock* out, std::size_t n) {
   }
 }
 
-void* hook_alloc(std::size_t size) { return allocate(size, kMinAlign, Kind::kMalloc, false); }
+void* hook_alloc(std::size_t size) { return allocate(size, kMinAlign, t_alloc_kind, false); }
 bool hook_free(void* p) { return release(p, Kind::kMalloc, 0); }
 
 bool kinds_match(Kind allocated, Kind freed) {

@@ -26,6 +26,17 @@ inline constexpr std::size_t kMaxAlignment = 4096;
 // How a block was allocated; a free must match it (free/delete/delete[]).
 enum class Kind : std::uint8_t { kMalloc, kNew, kNewArray, kAligned };
 
+// The kind of the allocation in progress on this thread: kMalloc, or what operator new's slow
+// paths set (KindScope) around the shared ones, so the block made there records it.
+extern __thread Kind t_alloc_kind __attribute__((tls_model("initial-exec")));
+struct KindScope {
+  Kind saved;
+  explicit KindScope(Kind kind) : saved(t_alloc_kind) { t_alloc_kind = kind; }
+  ~KindScope() { t_alloc_kind = saved; }
+  KindScope(const KindScope&) = delete;
+  KindScope& operator=(const KindScope&) = delete;
+};
+
 // The debug block at user pointer p, live or in quarantine: true and its user size, or false
 // when p is not one.
 bool usable_size(const void* p, std::size_t* size);

@@ -20,7 +20,7 @@ BRISK_EXPORT void* brisk_malloc(size_t size) { return malloc_inline(size); }
 BRISK_EXPORT void* brisk_calloc(size_t count, size_t size) { return calloc_inline(count, size); }
 BRISK_EXPORT void* brisk_realloc(void* p, size_t size) { return realloc_impl(p, size); }
 BRISK_EXPORT void brisk_free(void* p) { free_inline(p); }
-BRISK_EXPORT void brisk_free_sized(void* p, size_t) { free_inline(p); }
+BRISK_EXPORT void brisk_free_sized(void* p, size_t size) { free_checked_impl(p, 0, size); }
 BRISK_EXPORT void* brisk_aligned_alloc(size_t alignment, size_t size) {
   return aligned_alloc_impl(alignment, size);
 }

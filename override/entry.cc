@@ -48,7 +48,7 @@ void* alloc_big(std::size_t size, std::size_t alignment, bool zero) {
     return nullptr;
   }
   if (BRISK_UNLIKELY(debug_mode_on()) && alignment <= debug::kMaxAlignment)
-    return debug::allocate(size, alignment, debug::Kind::kMalloc, zero);
+    return debug::allocate(size, alignment, debug::t_alloc_kind, zero);
   void* p = size <= kMediumMax && alignment <= kPageSize ? alloc_medium_here(size, zero)
                                                          : large_alloc(size, alignment, zero);
   if (p == nullptr) errno = ENOMEM;
@@ -135,7 +135,8 @@ void* aligned_alloc_impl(std::size_t alignment, std::size_t size) {
   }
   if (alignment <= kMinAlign) return malloc_inline(size);
   if (BRISK_UNLIKELY(debug_mode_on()) && alignment <= debug::kMaxAlignment)
-    return debug::allocate(size, alignment, debug::Kind::kAligned, false);
+    return debug::allocate(size, alignment,
+                           debug::t_alloc_kind == debug::Kind::kMalloc ? debug::Kind::kAligned : debug::t_alloc_kind, false);
   if (alignment <= kPageSize) {
     std::size_t s = size < alignment ? alignment : size;
     if (s <= kSmallMax) {
@@ -147,6 +148,13 @@ void* aligned_alloc_impl(std::size_t alignment, std::size_t size) {
     }
   }
   return alloc_big(size, alignment, false);
+}
+
+void free_checked_impl(void* p, int kind, std::size_t size) {
+  if (p != nullptr && BRISK_UNLIKELY(g_debug_blocks_may_exist.load(std::memory_order_acquire)) &&
+      debug::release(p, static_cast<debug::Kind>(kind), size))
+    return;
+  free_inline(p);
 }
 
 std::size_t usable_size_impl(const void* p) {

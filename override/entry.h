@@ -21,6 +21,9 @@ void* alloc_big(std::size_t size, std::size_t alignment, bool zero);
 void* realloc_impl(void* p, std::size_t size);
 void* aligned_alloc_impl(std::size_t alignment, std::size_t size);
 std::size_t usable_size_impl(const void* p);
+// A free that names what it expects (debug::Kind as an int: 0 malloc, 1 new, 2 new[]) and the
+// size the caller gave (0: none), which a debug block checks; free_inline otherwise.
+void free_checked_impl(void* p, int kind, std::size_t size);
 void* calloc_big(std::size_t count, std::size_t size);
 
 BRISK_ALWAYS_INLINE void* malloc_inline(std::size_t size) {

@@ -85,7 +85,7 @@ BRISK_EXPORT void* pvalloc(size_t size) noexcept {
 }
 
 BRISK_EXPORT size_t malloc_usable_size(void* p) noexcept { return usable_size_impl(p); }
-BRISK_EXPORT void free_sized(void* p, size_t) noexcept { free_inline(p); }
-BRISK_EXPORT void free_aligned_sized(void* p, size_t, size_t) noexcept { free_inline(p); }
+BRISK_EXPORT void free_sized(void* p, size_t size) noexcept { free_checked_impl(p, 0, size); }
+BRISK_EXPORT void free_aligned_sized(void* p, size_t, size_t size) noexcept { free_checked_impl(p, 0, size); }
 
 }  // extern "C"

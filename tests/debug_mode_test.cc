@@ -171,6 +171,14 @@ TEST_F(DebugMode, ADoubleFreeIsNamedForSmallMediumAndLargeBlocks) {
   EXPECT_EQ(n, 3u) << r;
 }
 
+TEST_F(DebugMode, ASizedFreeWithTheWrongSizeIsReported) {
+  brisk_free_sized(brisk_malloc(24), 24);
+  EXPECT_EQ(ReportCount(), 0) << Reports();
+  brisk_free_sized(brisk_malloc(24), 32);
+  EXPECT_EQ(ReportCount(), 1);
+  EXPECT_NE(Reports().find("sized free with a size that is not the block's"), std::string::npos) << Reports();
+}
+
 TEST_F(DebugMode, ReallocOfAFreedBlockIsReported) {
   void* p = brisk_malloc(64);
   brisk_free(p);

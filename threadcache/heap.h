@@ -106,11 +106,14 @@ inline void set_current(Heap* h, unsigned c, Span* s) {
 }
 
 // Fast path: must hold to stay here: the current span of the class has a free block (never
-// so in debug mode: alloc_refill keeps every current span at g_empty_span then).
+// so in debug mode: alloc_refill keeps every current span at g_empty_span then). Refill: the
+// slow path, alloc_refill or a caller's wrapper of it (operator new's names the block's kind).
+using RefillFn = void* (*)(Heap* h, unsigned size_class, std::size_t size);
+template <RefillFn Refill = alloc_refill>
 BRISK_ALWAYS_INLINE void* alloc_small(Heap* h, unsigned c, std::size_t size) {
   Span* s = current_span(h, c);
   Block* b = s->free;
-  if (BRISK_UNLIKELY(b == nullptr)) return alloc_refill(h, c, size);
+  if (BRISK_UNLIKELY(b == nullptr)) return Refill(h, c, size);
   auto a = reinterpret_cast<std::uintptr_t>(b);
   std::uintptr_t next = decoded_link(b, free_code(a).link_mask);
   // A free list stays inside one span, so a sound link is null or a 16-byte aligned address in
@@ -153,14 +156,17 @@ BRISK_ALWAYS_INLINE Span* own_carved_span(const Heap* h, std::uintptr_t a) {
 // Fast path: must hold to stay here: own_carved_span finds p's span in this thread's heap and
 // p does not carry the free key. The span leaves the fast path when it becomes empty or stops
 // being full (free_local_adjust).
+// Slow: free_slow or a caller's wrapper of it (operator delete's names the kind it expects).
+using FreeSlowFn = void (*)(void* p);
+template <FreeSlowFn Slow = free_slow>
 BRISK_ALWAYS_INLINE void free_fast(void* p) {
   auto a = reinterpret_cast<std::uintptr_t>(p);
   Heap* h = t_heap;
   Span* s = own_carved_span(h, a);
   auto* b = static_cast<Block*>(p);
-  if (BRISK_UNLIKELY(s == nullptr)) return free_slow(p);
+  if (BRISK_UNLIKELY(s == nullptr)) return Slow(p);
   FreeCode code = free_code(a);
-  if (BRISK_UNLIKELY(b->key == code.key)) return free_slow(p);
+  if (BRISK_UNLIKELY(b->key == code.key)) return Slow(p);
   free_to_own_span(h, s, b, code);
 }
 
