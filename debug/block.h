@@ -55,6 +55,10 @@ ReallocCheck check_before_realloc(void* p, std::size_t* user_size);
 // Checks every live and quarantined debug block; returns how many are damaged (each reported).
 int check_heap();
 
+// Reports live debug blocks grouped by allocation stack (count, sizes, total bytes), largest
+// total first; returns the number of groups. Called at exit unless BRISK_DEBUG_LEAKS=0.
+int report_leaks();
+
 // BRISK_DEBUG_ACTION: false (abort, the default) aborts after a report; true (report) goes on,
 // never reusing a damaged block. init() reads the variable; tests set it here after init().
 void set_keep_going(bool keep_going);

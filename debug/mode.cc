@@ -31,6 +31,11 @@ namespace {
 __attribute__((constructor)) void debug_at_start() {
   if (options::get(options::Id::kDebug) != 0) enter();
 }
+// Debug blocks still live when the process exits (in any mode: blocks made while the mode was
+// on). A destructor of libbrisk runs after the program's own static destructors.
+__attribute__((destructor)) void leaks_at_exit() {
+  if (options::get(options::Id::kDebugLeaks) != 0) report_leaks();
+}
 }  // namespace
 
 }  // namespace brisk::debug

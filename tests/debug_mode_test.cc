@@ -208,6 +208,31 @@ TEST_F(DebugMode, AWriteAfterFreeIsFoundByCheckHeapAndAtQuarantineExit) {
   EXPECT_NE(Reports().find("9(1)"), std::string::npos) << Reports();
 }
 
+}  // namespace
+
+// Exported (the test links with ENABLE_EXPORTS), so the report names it through dladdr.
+__attribute__((noinline)) void* LeakFromHere(size_t size) {
+  void* p = brisk_malloc(size);
+  asm volatile("" ::: "memory");  // keeps the call a call, not a tail jump
+  return p;
+}
+
+namespace {
+
+TEST_F(DebugMode, TheLeakReportGroupsLiveBlocksByTheirAllocationStack) {
+  void* blocks[3];
+  const size_t sizes[3] = {10, 30, 20};
+  for (int i = 0; i < 3; ++i) blocks[i] = LeakFromHere(sizes[i]);  // one call site: one stack
+  EXPECT_GE(brisk::debug::report_leaks(), 1);
+  std::string r = Reports();
+  size_t at = r.find("brisk: leak: 3 blocks, 60 bytes (sizes 10..30)");
+  ASSERT_NE(at, std::string::npos) << r;
+  size_t end = r.find("brisk: leak:", at + 1);
+  std::string group = r.substr(at, end == std::string::npos ? std::string::npos : end - at);
+  EXPECT_NE(group.find("LeakFromHere"), std::string::npos) << group;
+  for (void* p : blocks) brisk_free(p);
+}
+
 // A thread that loops malloc/free of one size never leaves its fast path in release mode; it
 // makes a debug block within two iterations of another thread's brisk_debug_enter returning.
 TEST_F(DebugMode, TheSwitchReachesAThreadLoopingOnItsFastPath) {
