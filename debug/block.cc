@@ -448,6 +448,25 @@ ReallocCheck check_before_realloc(void* p, std::size_t* user_size) {
   return ReallocCheck::kBad;
 }
 
+int check_block(const void* p) {
+  bool in_debug_memory;
+  Header* h = header_of(p, &in_debug_memory);
+  if (h == nullptr) return 0;
+  Snapshot s;
+  {
+    LockGuard g(g_lock);
+    FillDamage damage;
+    if (h->state == State::kLive) {
+      if (const char* problem = damage_of(h, &damage)) take_snapshot(&s, problem, h, &damage);
+    } else if (h->state == State::kQuarantined && !check_fill(user_of(h), h->user_size, kFreedByte, &damage)) {
+      take_snapshot(&s, "write after free (found by brisk_check_heap)", h, &damage);
+    }
+  }
+  if (s.problem == nullptr) return 0;
+  emit(s);
+  return 1;
+}
+
 namespace {
 // check_heap's snapshots, under g_check_lock: a batch is too large for a thread's stack.
 constexpr int kBatch = 8;

@@ -52,6 +52,8 @@ bool release(void* p, Kind kind, std::size_t sized);
 // kNotDebug otherwise.
 enum class ReallocCheck { kNotDebug, kLive, kBad };
 ReallocCheck check_before_realloc(void* p, std::size_t* user_size);
+// brisk_check_heap for the one debug block at p (live or quarantined): 1 if damaged (reported).
+int check_block(const void* p);
 // Checks every live and quarantined debug block; returns how many are damaged (each reported).
 int check_heap();
 

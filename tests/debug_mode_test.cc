@@ -84,6 +84,36 @@ TEST_F(DebugMode, ANewBlockHoldsTheAllocationPatternAndItsExactSize) {
   EXPECT_EQ(ReportCount(), 0) << Reports();
 }
 
+// The seed's correctness test: every fill byte of new blocks of 1..1025 bytes; in freed blocks
+// of 1..65 and 257 bytes, each byte corrupted in turn is found at its offset, and once
+// restored the next check is clean.
+TEST_F(DebugMode, EveryFillByteIsSetAndEveryCorruptedFreedByteIsFoundAtItsOffset) {
+  for (size_t size = 1; size <= 1025; ++size) {
+    auto* p = static_cast<unsigned char*>(brisk_malloc(size));
+    for (size_t i = 0; i < size; ++i) ASSERT_EQ(p[i], brisk::debug::kAllocByte) << size << " " << i;
+    brisk_free(p);
+  }
+  std::vector<size_t> sizes;
+  for (size_t size = 1; size <= 65; ++size) sizes.push_back(size);
+  sizes.push_back(257);
+  for (size_t size : sizes) {
+    auto* p = static_cast<unsigned char*>(brisk_malloc(size));
+    brisk_free(p);  // in quarantine: its bytes are the freed pattern, and still the block's
+    for (size_t i = 0; i < size; ++i) {
+      {
+        std::lock_guard<std::mutex> g(g_reports_mutex);
+        g_reports.clear();
+      }
+      p[i] ^= 0x5A;
+      ASSERT_EQ(brisk::debug::check_block(p), 1) << size << " " << i;
+      std::string want = "damaged ranges: " + std::to_string(i) + "(1)\n";
+      ASSERT_NE(Reports().find(want), std::string::npos) << Reports();
+      p[i] ^= 0x5A;
+      ASSERT_EQ(brisk::debug::check_block(p), 0) << size << " " << i;
+    }
+  }
+}
+
 TEST_F(DebugMode, CallocReturnsZeroesAndAlignedAllocMeetsTheAlignment) {
   for (size_t size : {size_t{24}, size_t{100000}}) {
     auto* p = static_cast<unsigned char*>(brisk_calloc(1, size));
