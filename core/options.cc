@@ -23,6 +23,9 @@ constexpr Option kTable[] = {
     {Id::kPurgeBytes, "BRISK_PURGE_BYTES", 8 << 20, 0, std::int64_t{1} << 44},
     {Id::kPurgeDelayMs, "BRISK_PURGE_DELAY_MS", 100, 0, 3600 * 1000},
     {Id::kDebugQuarantine, "BRISK_DEBUG_QUARANTINE", 16 << 20, 0, std::int64_t{1} << 40},
+    {Id::kDebug, "BRISK_DEBUG", 0, 0, 1},
+    {Id::kDebugStackDepth, "BRISK_DEBUG_STACK_DEPTH", 8, 0, 64},
+    {Id::kDebugLeaks, "BRISK_DEBUG_LEAKS", 1, 0, 1},
 };
 constexpr unsigned kOptionCount = static_cast<unsigned>(Id::kCount);
 static_assert(sizeof kTable / sizeof kTable[0] == kOptionCount, "one row per option id");
@@ -36,8 +39,9 @@ static_assert(rows_in_id_order(), "kTable's rows must be in Id order: get() inde
 constexpr std::int64_t kUnread = INT64_MIN;
 // Every value starts unread (set by the first get() of a process, before any thread exists
 // or racing benignly: each reader computes the same value).
-std::atomic<std::int64_t> g_values[kOptionCount] = {kUnread, kUnread, kUnread, kUnread, kUnread, kUnread};
-static_assert(kOptionCount == 6, "give a new option its kUnread initialiser above");
+std::atomic<std::int64_t> g_values[kOptionCount] = {kUnread, kUnread, kUnread, kUnread, kUnread,
+                                                   kUnread, kUnread, kUnread, kUnread};
+static_assert(kOptionCount == 9, "give a new option its kUnread initialiser above");
 
 // Parses a decimal number with an optional k/m/g suffix. Returns false on junk.
 bool parse(const char* s, std::int64_t* out) {

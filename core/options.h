@@ -15,6 +15,9 @@ enum class Id : unsigned {
   kPurgeBytes,        // BRISK_PURGE_BYTES: span bytes a thread releases between purge checks
   kPurgeDelayMs,      // BRISK_PURGE_DELAY_MS: how long a free page stays resident unused before purge
   kDebugQuarantine,   // BRISK_DEBUG_QUARANTINE: bytes of freed debug blocks held back before reuse
+  kDebug,             // BRISK_DEBUG: 1 turns debug mode on at start-up
+  kDebugStackDepth,   // BRISK_DEBUG_STACK_DEPTH: frames kept per allocation and free (0: none)
+  kDebugLeaks,        // BRISK_DEBUG_LEAKS: 0 turns the leak report at exit off
   kCount
 };
 

@@ -7,6 +7,9 @@
 
 #include "core/config.h"
 #include "core/stats.h"
+#include "debug/block.h"
+#include "debug/mode.h"
+#include "debug/report.h"
 #include "override/entry.h"
 
 using namespace brisk;
@@ -17,7 +20,7 @@ BRISK_EXPORT void* brisk_malloc(size_t size) { return malloc_inline(size); }
 BRISK_EXPORT void* brisk_calloc(size_t count, size_t size) { return calloc_inline(count, size); }
 BRISK_EXPORT void* brisk_realloc(void* p, size_t size) { return realloc_impl(p, size); }
 BRISK_EXPORT void brisk_free(void* p) { free_inline(p); }
-BRISK_EXPORT void brisk_free_sized(void* p, size_t) { free_inline(p); }
+BRISK_EXPORT void brisk_free_sized(void* p, size_t size) { free_checked_impl(p, 0, size); }
 BRISK_EXPORT void* brisk_aligned_alloc(size_t alignment, size_t size) {
   return aligned_alloc_impl(alignment, size);
 }
@@ -42,6 +45,14 @@ BRISK_EXPORT void brisk_get_stats(brisk_stats* out) {
   out->heaps_total = rd(g.heaps_total);
   out->spans_orphaned = rd(g.spans_orphaned);
   out->chunk_bytes_cached = rd(g.chunks_cached) * kChunkSize;
+}
+
+BRISK_EXPORT void brisk_debug_enter(void) { debug::enter(); }
+BRISK_EXPORT void brisk_debug_exit(void) { debug::exit(); }
+BRISK_EXPORT int brisk_debug_active(void) { return debug::active() ? 1 : 0; }
+BRISK_EXPORT int brisk_check_heap(void) { return debug::check_heap(); }
+BRISK_EXPORT void brisk_debug_set_report_callback(void (*callback)(const char*, size_t, void*), void* context) {
+  debug::set_report_callback(callback, context);
 }
 
 }  // extern "C"

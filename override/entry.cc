@@ -13,6 +13,8 @@
 #include "core/large.h"
 #include "core/report.h"
 #include "core/stats.h"
+#include "debug/block.h"
+#include "threadcache/debug_switch.h"
 #include "threadcache/medium.h"
 
 namespace brisk {
@@ -45,6 +47,8 @@ void* alloc_big(std::size_t size, std::size_t alignment, bool zero) {
     errno = ENOMEM;
     return nullptr;
   }
+  if (BRISK_UNLIKELY(debug_mode_on()) && alignment <= debug::kMaxAlignment)
+    return debug::allocate(size, alignment, debug::t_alloc_kind, zero);
   void* p = size <= kMediumMax && alignment <= kPageSize ? alloc_medium_here(size, zero)
                                                          : large_alloc(size, alignment, zero);
   if (p == nullptr) errno = ENOMEM;
@@ -71,11 +75,27 @@ void* realloc_impl(void* p, std::size_t size) {
       size - 1 < kSmallMax) {
     std::size_t usable = own->block_size;
     if (size <= usable && size > usable / 2) return p;
-    void* q = alloc_small(h, size_to_class(size));
+    void* q = alloc_small(h, size_to_class(size), size);
     if (q == nullptr) return nullptr;  // errno is set; p is intact
     std::memcpy(q, p, usable < size ? usable : size);
     free_to_own_span(h, own, static_cast<Block*>(p), code);
     return q;
+  }
+  if (BRISK_UNLIKELY(g_debug_blocks_may_exist.load(std::memory_order_acquire))) {
+    std::size_t old_size;
+    switch (debug::check_before_realloc(p, &old_size)) {
+      case debug::ReallocCheck::kNotDebug:
+        break;
+      case debug::ReallocCheck::kBad:
+        errno = EINVAL;
+        return nullptr;
+      case debug::ReallocCheck::kLive:
+        if (size == 0) {
+          free_inline(p);
+          return nullptr;
+        }
+        return move_block(p, old_size, size);  // the new block is made in the current mode
+    }
   }
   // p is validated before the size is looked at, so a foreign or freed pointer is reported
   // the same way whatever size comes with it.
@@ -114,6 +134,9 @@ void* aligned_alloc_impl(std::size_t alignment, std::size_t size) {
     return nullptr;
   }
   if (alignment <= kMinAlign) return malloc_inline(size);
+  if (BRISK_UNLIKELY(debug_mode_on()) && alignment <= debug::kMaxAlignment)
+    return debug::allocate(size, alignment,
+                           debug::t_alloc_kind == debug::Kind::kMalloc ? debug::Kind::kAligned : debug::t_alloc_kind, false);
   if (alignment <= kPageSize) {
     std::size_t s = size < alignment ? alignment : size;
     if (s <= kSmallMax) {
@@ -121,14 +144,24 @@ void* aligned_alloc_impl(std::size_t alignment, std::size_t size) {
       // whose size is a multiple of the alignment serves it. One exists by 64 KiB at the latest.
       unsigned c = size_to_class(s);
       while (kClasses[c].size % alignment != 0) ++c;
-      return alloc_small(t_heap, c);
+      return alloc_small(t_heap, c, size);
     }
   }
   return alloc_big(size, alignment, false);
 }
 
+void free_checked_impl(void* p, int kind, std::size_t size) {
+  if (p != nullptr && BRISK_UNLIKELY(g_debug_blocks_may_exist.load(std::memory_order_acquire)) &&
+      debug::release(p, static_cast<debug::Kind>(kind), size))
+    return;
+  free_inline(p);
+}
+
 std::size_t usable_size_impl(const void* p) {
   if (p == nullptr) return 0;
+  std::size_t debug_size;
+  if (BRISK_UNLIKELY(g_debug_blocks_may_exist.load(std::memory_order_acquire)) && debug::usable_size(p, &debug_size))
+    return debug_size;
   Span* s;
   LargeHeader* lh;
   return checked_usable(p, &s, &lh);

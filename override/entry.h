@@ -21,10 +21,13 @@ void* alloc_big(std::size_t size, std::size_t alignment, bool zero);
 void* realloc_impl(void* p, std::size_t size);
 void* aligned_alloc_impl(std::size_t alignment, std::size_t size);
 std::size_t usable_size_impl(const void* p);
+// A free that names what it expects (debug::Kind as an int: 0 malloc, 1 new, 2 new[]) and the
+// size the caller gave (0: none), which a debug block checks; free_inline otherwise.
+void free_checked_impl(void* p, int kind, std::size_t size);
 void* calloc_big(std::size_t count, std::size_t size);
 
 BRISK_ALWAYS_INLINE void* malloc_inline(std::size_t size) {
-  if (BRISK_LIKELY(size <= kSmallMax)) return alloc_small(t_heap, size_to_class(size));
+  if (BRISK_LIKELY(size <= kSmallMax)) return alloc_small(t_heap, size_to_class(size), size);
   return alloc_big(size, kMinAlign, false);
 }
 
@@ -34,7 +37,7 @@ BRISK_ALWAYS_INLINE void* calloc_inline(std::size_t count, std::size_t size) {
   std::size_t total;
   if (BRISK_UNLIKELY(__builtin_mul_overflow(count, size, &total) || total > kSmallMax))
     return calloc_big(count, size);
-  void* p = alloc_small(t_heap, size_to_class(total));
+  void* p = alloc_small(t_heap, size_to_class(total), total);
   if (BRISK_LIKELY(p != nullptr)) std::memset(p, 0, total);
   return p;
 }

@@ -8,7 +8,9 @@
 #include <new>
 
 #include "core/platform.h"
+#include "debug/block.h"
 #include "override/entry.h"
+#include "threadcache/debug_switch.h"
 
 #ifndef BRISK_OVERRIDE
 #error "override.cc is built only into the replacing libraries"
@@ -74,7 +76,9 @@ void* retry_allocation(std::size_t size, std::size_t alignment) {
 // operator new's failure path: call the new_handler until an allocation succeeds or there is
 // no handler left, then throw std::bad_alloc, as [new.delete.single] says. A handler that
 // throws (bad_alloc, usually) leaves through here.
+template <debug::Kind kKind>
 BRISK_NOINLINE void* new_failed(std::size_t size, std::size_t alignment) {
+  debug::KindScope scope(kKind);
   for (;;) {
     NewHandler handler = current_new_handler();
     if (handler == nullptr) throw_bad_alloc();
@@ -109,19 +113,50 @@ BRISK_NOINLINE void* new_failed_nothrow(std::size_t size, std::size_t alignment)
   return nullptr;
 }
 
+// operator new's slow paths name the kind, so that a debug block made there records it and
+// its free by the wrong function is reported; the fast paths are malloc's.
+template <debug::Kind kKind>
+BRISK_NOINLINE void* refill_new(Heap* h, unsigned c, std::size_t size) {
+  debug::KindScope scope(kKind);
+  return alloc_refill(h, c, size);
+}
+template <debug::Kind kKind>
+BRISK_NOINLINE void* alloc_big_new(std::size_t size) {
+  debug::KindScope scope(kKind);
+  return alloc_big(size, kMinAlign, false);
+}
+template <debug::Kind kKind>
+BRISK_NOINLINE void delete_slow(void* p) {
+  if (p != nullptr && BRISK_UNLIKELY(g_debug_blocks_may_exist.load(std::memory_order_acquire)) &&
+      debug::release(p, kKind, 0))
+    return;
+  free_slow(p);
+}
+
+template <debug::Kind kKind>
+BRISK_ALWAYS_INLINE void delete_impl(void* p) {
+  free_fast<delete_slow<kKind>>(p);
+}
+
+template <debug::Kind kKind>
 BRISK_ALWAYS_INLINE void* new_impl(std::size_t size) {
-  void* p = malloc_inline(size);
-  if (BRISK_UNLIKELY(p == nullptr)) return new_failed(size, kMinAlign);
+  void* p = BRISK_LIKELY(size <= kSmallMax) ? alloc_small<refill_new<kKind>>(t_heap, size_to_class(size), size)
+                                            : alloc_big_new<kKind>(size);
+  if (BRISK_UNLIKELY(p == nullptr)) return new_failed<kKind>(size, kMinAlign);
   return p;
 }
 
+template <debug::Kind kKind>
 BRISK_ALWAYS_INLINE void* new_aligned_impl(std::size_t size, std::align_val_t al) {
+  debug::KindScope scope(kKind);
   void* p = aligned_alloc_impl(static_cast<std::size_t>(al), size);
-  if (BRISK_UNLIKELY(p == nullptr)) return new_failed(size, static_cast<std::size_t>(al));
+  if (BRISK_UNLIKELY(p == nullptr)) return new_failed<kKind>(size, static_cast<std::size_t>(al));
   return p;
 }
 
+template <debug::Kind kKind>
 BRISK_ALWAYS_INLINE void* new_nothrow_impl(std::size_t size, std::size_t alignment) noexcept {
+  debug::KindScope scope(kKind);
   void* p = retry_allocation(size, alignment);
   if (BRISK_UNLIKELY(p == nullptr)) return new_failed_nothrow(size, alignment);
   return p;
@@ -131,32 +166,36 @@ BRISK_ALWAYS_INLINE void* new_nothrow_impl(std::size_t size, std::size_t alignme
 }  // namespace
 
 
-BRISK_EXPORT void* operator new(std::size_t size) { return new_impl(size); }
-BRISK_EXPORT void* operator new[](std::size_t size) { return new_impl(size); }
+BRISK_EXPORT void* operator new(std::size_t size) { return new_impl<debug::Kind::kNew>(size); }
+BRISK_EXPORT void* operator new[](std::size_t size) { return new_impl<debug::Kind::kNewArray>(size); }
 BRISK_EXPORT void* operator new(std::size_t size, const std::nothrow_t&) noexcept {
-  return new_nothrow_impl(size, kMinAlign);
+  return new_nothrow_impl<debug::Kind::kNew>(size, kMinAlign);
 }
 BRISK_EXPORT void* operator new[](std::size_t size, const std::nothrow_t&) noexcept {
-  return new_nothrow_impl(size, kMinAlign);
+  return new_nothrow_impl<debug::Kind::kNewArray>(size, kMinAlign);
 }
-BRISK_EXPORT void* operator new(std::size_t size, std::align_val_t al) { return new_aligned_impl(size, al); }
-BRISK_EXPORT void* operator new[](std::size_t size, std::align_val_t al) { return new_aligned_impl(size, al); }
+BRISK_EXPORT void* operator new(std::size_t size, std::align_val_t al) {
+  return new_aligned_impl<debug::Kind::kNew>(size, al);
+}
+BRISK_EXPORT void* operator new[](std::size_t size, std::align_val_t al) {
+  return new_aligned_impl<debug::Kind::kNewArray>(size, al);
+}
 BRISK_EXPORT void* operator new(std::size_t size, std::align_val_t al, const std::nothrow_t&) noexcept {
-  return new_nothrow_impl(size, static_cast<std::size_t>(al));
+  return new_nothrow_impl<debug::Kind::kNew>(size, static_cast<std::size_t>(al));
 }
 BRISK_EXPORT void* operator new[](std::size_t size, std::align_val_t al, const std::nothrow_t&) noexcept {
-  return new_nothrow_impl(size, static_cast<std::size_t>(al));
+  return new_nothrow_impl<debug::Kind::kNewArray>(size, static_cast<std::size_t>(al));
 }
 
-BRISK_EXPORT void operator delete(void* p) noexcept { free_inline(p); }
-BRISK_EXPORT void operator delete[](void* p) noexcept { free_inline(p); }
-BRISK_EXPORT void operator delete(void* p, const std::nothrow_t&) noexcept { free_inline(p); }
-BRISK_EXPORT void operator delete[](void* p, const std::nothrow_t&) noexcept { free_inline(p); }
-BRISK_EXPORT void operator delete(void* p, std::size_t) noexcept { free_inline(p); }
-BRISK_EXPORT void operator delete[](void* p, std::size_t) noexcept { free_inline(p); }
-BRISK_EXPORT void operator delete(void* p, std::align_val_t) noexcept { free_inline(p); }
-BRISK_EXPORT void operator delete[](void* p, std::align_val_t) noexcept { free_inline(p); }
-BRISK_EXPORT void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { free_inline(p); }
-BRISK_EXPORT void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { free_inline(p); }
-BRISK_EXPORT void operator delete(void* p, std::size_t, std::align_val_t) noexcept { free_inline(p); }
-BRISK_EXPORT void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { free_inline(p); }
+BRISK_EXPORT void operator delete(void* p) noexcept { delete_impl<debug::Kind::kNew>(p); }
+BRISK_EXPORT void operator delete[](void* p) noexcept { delete_impl<debug::Kind::kNewArray>(p); }
+BRISK_EXPORT void operator delete(void* p, const std::nothrow_t&) noexcept { delete_impl<debug::Kind::kNew>(p); }
+BRISK_EXPORT void operator delete[](void* p, const std::nothrow_t&) noexcept { delete_impl<debug::Kind::kNewArray>(p); }
+BRISK_EXPORT void operator delete(void* p, std::size_t) noexcept { delete_impl<debug::Kind::kNew>(p); }
+BRISK_EXPORT void operator delete[](void* p, std::size_t) noexcept { delete_impl<debug::Kind::kNewArray>(p); }
+BRISK_EXPORT void operator delete(void* p, std::align_val_t) noexcept { delete_impl<debug::Kind::kNew>(p); }
+BRISK_EXPORT void operator delete[](void* p, std::align_val_t) noexcept { delete_impl<debug::Kind::kNewArray>(p); }
+BRISK_EXPORT void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { delete_impl<debug::Kind::kNew>(p); }
+BRISK_EXPORT void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { delete_impl<debug::Kind::kNewArray>(p); }
+BRISK_EXPORT void operator delete(void* p, std::size_t, std::align_val_t) noexcept { delete_impl<debug::Kind::kNew>(p); }
+BRISK_EXPORT void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { delete_impl<debug::Kind::kNewArray>(p); }

@@ -81,6 +81,18 @@ void consume(Context& ctx, Shared& shared) {
 
 }  // namespace
 
+std::uint64_t prodcons_traffic(Context& ctx, int producers, int consumers, std::uint64_t per_producer) {
+  Shared shared;
+  shared.total = per_producer * producers;
+  shared.base = workload_base(ctx.options.seed, kName);
+  std::vector<std::thread> pool;
+  for (int c = 0; c < consumers; ++c) pool.emplace_back([&] { consume(ctx, shared); });
+  for (int p = 0; p < producers; ++p)
+    pool.emplace_back([&, p] { produce(ctx, shared, static_cast<std::uint32_t>(p), per_producer); });
+  for (std::thread& t : pool) t.join();
+  return 2 * shared.total;
+}
+
 void run_prodcons(Context& ctx) {
   const int threads = ctx.threads() < 2 ? 2 : ctx.threads();
   const int producers = threads / 2;
@@ -89,18 +101,7 @@ void run_prodcons(Context& ctx) {
 
   ctx.progress.begin("prodcons x" + std::to_string(threads), per_producer * producers);
   ctx.recorder.measure(
-      kName, threads,
-      [&] {
-        Shared shared;
-        shared.total = per_producer * producers;
-        shared.base = workload_base(ctx.options.seed, kName);
-        std::vector<std::thread> pool;
-        for (int c = 0; c < consumers; ++c) pool.emplace_back([&] { consume(ctx, shared); });
-        for (int p = 0; p < producers; ++p)
-          pool.emplace_back([&, p] { produce(ctx, shared, static_cast<std::uint32_t>(p), per_producer); });
-        for (std::thread& t : pool) t.join();
-        return 2 * shared.total;
-      },
+      kName, threads, [&] { return prodcons_traffic(ctx, producers, consumers, per_producer); },
       std::to_string(producers) + " producers, " + std::to_string(consumers) + " consumers");
   ctx.progress.end();
 }

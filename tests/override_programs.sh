@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Runs a real program from the machine with and without LD_PRELOAD=libbrisk.so and checks that
 # the outputs are identical and that the preloaded run really bound malloc to libbrisk.so.
-#   override_programs.sh LIBBRISK PROGRAM     PROGRAM: python3 | sort | sqlite3
+#   override_programs.sh LIBBRISK PROGRAM [debug]     PROGRAM: python3 | sort | sqlite3
+# debug: the preloaded run is in debug mode (BRISK_DEBUG=1, python3 with PYTHONMALLOC=malloc so
+# that its objects are debug blocks), must report nothing (no leak report: BRISK_DEBUG_LEAKS=0,
+# programs leave memory to exit) and print the same output.
 # Exits 77 (ctest SKIP_RETURN_CODE) when PROGRAM is not installed.
 set -euo pipefail
 lib=$(realpath "$1")
 prog=$2
+mode=${3:-release}
 [ -f "$lib" ] || { echo "no library at $lib" >&2; exit 1; }
 work=$(mktemp -d "${TMPDIR:-/tmp}/brisk-override-$prog.XXXXXX")
 trap 'rm -rf "$work"' EXIT
@@ -75,6 +79,24 @@ run() {  # run OUTFILE [env...]: runs the command with the given extra environme
   fi
 }
 
+if [ "$mode" = debug ]; then
+  export PYTHONMALLOC=malloc
+  run "$work/plain.out"
+  run "$work/brisk.out" LD_PRELOAD="$lib" BRISK_DEBUG=1 BRISK_DEBUG_LEAKS=0 BRISK_DEBUG_LOG="$work/debug.log"
+  if ! cmp -s "$work/plain.out" "$work/brisk.out"; then
+    echo "FAIL: $prog output differs in debug mode" >&2
+    diff "$work/plain.out" "$work/brisk.out" | head -20 >&2
+    exit 1
+  fi
+  [ -s "$work/plain.out" ] || { echo "FAIL: $prog printed nothing" >&2; exit 1; }
+  if [ -s "$work/debug.log" ]; then
+    echo "FAIL: $prog: debug mode reported:" >&2
+    head -40 "$work/debug.log" >&2
+    exit 1
+  fi
+  echo "$prog: output identical in debug mode ($(wc -l <"$work/plain.out") lines), no report"
+  exit 0
+fi
 run "$work/plain.out"
 run "$work/brisk.out" LD_PRELOAD="$lib"
 if ! cmp -s "$work/plain.out" "$work/brisk.out"; then

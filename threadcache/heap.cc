@@ -10,6 +10,7 @@
 #include "core/central_pool.h"
 #include "core/large.h"
 #include "core/report.h"
+#include "threadcache/debug_switch.h"
 #include "threadcache/orphans.h"
 #include "threadcache/purge.h"
 #include "threadcache/remote_free.h"
@@ -18,27 +19,33 @@
 namespace brisk {
 
 constinit Span g_empty_span{.block_size = 1};
+constinit Heap g_debug_heap{&g_empty_span};
+SpinLock g_debug_lock;
+std::atomic<int> g_debug_depth{0};
+DebugHooks g_debug_hooks{};
+std::atomic<bool> g_debug_blocks_may_exist{false};
 
 void free_list_damaged(const Block* b) {
   fatal_pointer_error("damaged free list: the link in freed block", b,
                       "was written after the free (a use after free, or an overflow of the block before it)");
 }
 
-BRISK_NOINLINE void* alloc_refill(Heap* h, unsigned c) {
+BRISK_NOINLINE void* alloc_refill(Heap* h, unsigned c, std::size_t size) {
+  if (BRISK_UNLIKELY(debug_mode_on()) && h != &g_debug_heap) return g_debug_hooks.alloc(size);
   if (BRISK_UNLIKELY(!heap_is_attached(h))) {
     void* p;
     if (h == &g_exited_heap) {
-      p = alloc_with_borrowed_heap([c](Heap* borrowed) { return alloc_refill(borrowed, c); });
+      p = alloc_with_borrowed_heap([c, size](Heap* borrowed) { return alloc_refill(borrowed, c, size); });
     } else {
       h = heap_for_this_thread();
-      p = h != nullptr ? alloc_small(h, c) : nullptr;
+      p = h != nullptr ? alloc_small(h, c, size) : nullptr;
     }
     if (p == nullptr) errno = ENOMEM;
     return p;
   }
   if (!h->incoming.empty()) heap_drain_incoming(h);
   if (!g_orphan_heap.incoming.empty()) drain_orphans();
-  Span* s = h->current[c];
+  Span* s = h->installed[c];
   BRISK_ASSERT(s == &g_empty_span || (s->kind == SpanKind::kSmall && s->size_class == c &&
                                       s->owner.load(std::memory_order_relaxed) == h));
   if (s->free == nullptr) {
@@ -56,11 +63,21 @@ BRISK_NOINLINE void* alloc_refill(Heap* h, unsigned c) {
         errno = ENOMEM;
         return nullptr;
       }
-      h->current[c] = s;
+      h->installed[c] = s;
       if (s->free == nullptr) carve(s);
     }
   }
-  return alloc_small(h, c);  // the current span has a free block now
+  if (current_span(h, c) != s) {  // a new span, or the one a debug switch took away
+    set_current(h, c, s);
+    // Pairs with the fence after a switch turned the mode on (debug_switch.h): either the mode
+    // reads on here, or the switch's store of g_empty_span lands after this install.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (BRISK_UNLIKELY(debug_mode_on()) && h != &g_debug_heap) {
+      std::atomic_ref<Span*>(h->current[c]).store(&g_empty_span, std::memory_order_relaxed);
+      return g_debug_hooks.alloc(size);
+    }
+  }
+  return alloc_small(h, c, size);  // the current span has a free block now
 }
 
 BlockRef checked_block(const void* p, const char* what) {
@@ -83,6 +100,7 @@ BlockRef checked_block(const void* p, const char* what) {
 
 BRISK_NOINLINE void free_slow(void* p) {
   if (p == nullptr) return;
+  if (BRISK_UNLIKELY(g_debug_blocks_may_exist.load(std::memory_order_acquire)) && g_debug_hooks.free(p)) return;
   auto a = reinterpret_cast<std::uintptr_t>(p);
   BlockRef ref = checked_block(p, "invalid free of");
   if (ref.large != nullptr) {
@@ -131,9 +149,9 @@ std::size_t heap_collect(Heap* h) {
   heap_drain_incoming(h);
   drain_orphans();
   for (unsigned c = 0; c < kNumClasses; ++c) {
-    Span* s = h->current[c];
+    Span* s = h->installed[c];
     if (s != &g_empty_span && s->used == 0) {
-      h->current[c] = &g_empty_span;
+      set_current(h, c, &g_empty_span);
       heap_release_span(h, s);
     }
   }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
 
 #include "core/assert.h"
@@ -28,14 +29,18 @@ struct OutgoingBatch {
 
 class alignas(BRISK_CACHELINE) Heap {
  public:
-  constexpr explicit Heap(Span* empty) : current{} {
+  constexpr explicit Heap(Span* empty) : current{}, installed{} {
     for (auto& s : current) s = empty;
+    for (auto& s : installed) s = empty;
   }
   Heap(const Heap&) = delete;
   Heap& operator=(const Heap&) = delete;
 
   // Hot: the fast paths read only this array. Never null: an exhausted class points at a span
-  // with no free block (g_empty_span), which sends the allocation to alloc_refill.
+  // with no free block (g_empty_span), which sends the allocation to alloc_refill. The owner
+  // writes it through set_current; a debug-mode switch (debug_point_heaps_at_empty_span) may
+  // store g_empty_span into any heap's entries from another thread, so every access is a
+  // relaxed atomic one (a plain mov on x86-64: the fast path keeps its length).
   Span* current[kNumClasses];
 
   // Blocks other threads freed into this heap's spans.
@@ -43,6 +48,10 @@ class alignas(BRISK_CACHELINE) Heap {
 
   // Cold: slow paths only.
   alignas(BRISK_CACHELINE) SpanList available[kNumClasses];  // spans with free blocks, not current
+  // The span each class allocates from, as the owner last installed it: the slow paths'
+  // notion of "current". It equals current[c] except after a debug switch pointed current[c]
+  // at g_empty_span; the span stays the class's span, unlisted, and alloc_refill puts it back.
+  Span* installed[kNumClasses];
   Span* all_spans = nullptr;    // every span this heap owns (for thread exit)
   Chunk* chunks = nullptr;      // chunks this heap claims pages from
   OutgoingBatch outgoing[kRemoteSlots];
@@ -55,6 +64,7 @@ class alignas(BRISK_CACHELINE) Heap {
   std::uint8_t retained_next = 0;
   std::uint64_t aged_at_ms = 0;          // when the chunks' `aged` sets were taken
   Heap* pool_next = nullptr;
+  Heap* all_next = nullptr;  // every heap ever made, for the debug switch (never unlinked)
   std::uint32_t id = 0;
 };
 
@@ -78,18 +88,32 @@ struct BlockRef {
 };
 BlockRef checked_block(const void* p, const char* what);
 
-void* alloc_refill(Heap* h, unsigned size_class);
+// size: the size asked for (a debug block records it), in size_class.
+void* alloc_refill(Heap* h, unsigned size_class, std::size_t size);
 // Reports (and aborts on) a link in freed block b that decodes to no block: b was written after
 // it was freed, or by an overflow of the block before it.
 [[noreturn]] BRISK_COLD void free_list_damaged(const Block* b);
 void free_slow(void* p);
 void free_local_adjust(Heap* h, Span* s);
 
-// Fast path: must hold to stay here: the current span of the class has a free block.
-BRISK_ALWAYS_INLINE void* alloc_small(Heap* h, unsigned c) {
-  Span* s = h->current[c];
+inline Span* current_span(Heap* h, unsigned c) {
+  return std::atomic_ref<Span*>(h->current[c]).load(std::memory_order_relaxed);
+}
+// The owner installs s as class c's span (or g_empty_span).
+inline void set_current(Heap* h, unsigned c, Span* s) {
+  h->installed[c] = s;
+  std::atomic_ref<Span*>(h->current[c]).store(s, std::memory_order_relaxed);
+}
+
+// Fast path: must hold to stay here: the current span of the class has a free block (never
+// so in debug mode: alloc_refill keeps every current span at g_empty_span then). Refill: the
+// slow path, alloc_refill or a caller's wrapper of it (operator new's names the block's kind).
+using RefillFn = void* (*)(Heap* h, unsigned size_class, std::size_t size);
+template <RefillFn Refill = alloc_refill>
+BRISK_ALWAYS_INLINE void* alloc_small(Heap* h, unsigned c, std::size_t size) {
+  Span* s = current_span(h, c);
   Block* b = s->free;
-  if (BRISK_UNLIKELY(b == nullptr)) return alloc_refill(h, c);
+  if (BRISK_UNLIKELY(b == nullptr)) return Refill(h, c, size);
   auto a = reinterpret_cast<std::uintptr_t>(b);
   std::uintptr_t next = decoded_link(b, free_code(a).link_mask);
   // A free list stays inside one span, so a sound link is null or a 16-byte aligned address in
@@ -132,14 +156,17 @@ BRISK_ALWAYS_INLINE Span* own_carved_span(const Heap* h, std::uintptr_t a) {
 // Fast path: must hold to stay here: own_carved_span finds p's span in this thread's heap and
 // p does not carry the free key. The span leaves the fast path when it becomes empty or stops
 // being full (free_local_adjust).
+// Slow: free_slow or a caller's wrapper of it (operator delete's names the kind it expects).
+using FreeSlowFn = void (*)(void* p);
+template <FreeSlowFn Slow = free_slow>
 BRISK_ALWAYS_INLINE void free_fast(void* p) {
   auto a = reinterpret_cast<std::uintptr_t>(p);
   Heap* h = t_heap;
   Span* s = own_carved_span(h, a);
   auto* b = static_cast<Block*>(p);
-  if (BRISK_UNLIKELY(s == nullptr)) return free_slow(p);
+  if (BRISK_UNLIKELY(s == nullptr)) return Slow(p);
   FreeCode code = free_code(a);
-  if (BRISK_UNLIKELY(b->key == code.key)) return free_slow(p);
+  if (BRISK_UNLIKELY(b->key == code.key)) return Slow(p);
   free_to_own_span(h, s, b, code);
 }
 

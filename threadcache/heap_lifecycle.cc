@@ -24,6 +24,7 @@
 #include "core/platform_fork.h"
 #include "core/stats.h"
 #include "threadcache/heap.h"
+#include "threadcache/debug_switch.h"
 #include "threadcache/orphans.h"
 #include "threadcache/remote_free.h"
 #include "threadcache/span_pages.h"
@@ -50,6 +51,9 @@ Heap* g_pool_head = nullptr;
 char* g_slab_cursor = nullptr;
 char* g_slab_end = nullptr;
 std::uint32_t g_next_heap_id = 1;
+// Every heap ever made, newest first; pushed under g_pool_lock, read without it (a heap is
+// never unlinked nor unmapped, and its links are written before it is published).
+std::atomic<Heap*> g_all_heaps{nullptr};
 constexpr std::size_t kSlabBytes = 256 * 1024;
 
 Heap* heap_acquire() {
@@ -69,6 +73,8 @@ Heap* heap_acquire() {
   h = new (g_slab_cursor) Heap(&g_empty_span);
   g_slab_cursor += size;
   h->id = g_next_heap_id++;
+  h->all_next = g_all_heaps.load(std::memory_order_relaxed);
+  g_all_heaps.store(h, std::memory_order_release);
   stats::add(stats::g.heaps_total, 1);
   return h;
 }
@@ -80,7 +86,7 @@ void heap_pool_push(Heap* h) {
 }
 
 void heap_reset(Heap* h) {
-  for (auto& s : h->current) s = &g_empty_span;
+  for (unsigned c = 0; c < kNumClasses; ++c) set_current(h, c, &g_empty_span);
   for (auto& l : h->available) l = SpanList{};
   h->all_spans = nullptr;
   h->chunks = nullptr;
@@ -98,7 +104,7 @@ void heap_detach(Heap* h) {
   heap_flush_outgoing(h);
   // From here on, pushes to h fail and go to the orphan queue.
   Block* b = h->incoming.close();
-  for (unsigned c = 0; c < kNumClasses; ++c) h->current[c] = &g_empty_span;
+  for (unsigned c = 0; c < kNumClasses; ++c) set_current(h, c, &g_empty_span);
   heap_process_blocks(h, b);
   // Take spans from the head each time: releasing one unlinks it, and an orphaned span must
   // leave the list before another heap can adopt it.
@@ -165,6 +171,7 @@ void atfork_prepare() {
   f.locked = !platform::single_threaded();
   if (!f.locked) return;
   f.stdio_locked = platform::stdio_list_lock();
+  g_debug_lock.lock();
   g_pool_lock.lock();
   central_locks_acquire();
   chunk_locks_acquire();
@@ -177,6 +184,7 @@ void atfork_parent() {
     chunk_locks_release();
     central_locks_release();
     g_pool_lock.unlock();
+    g_debug_lock.unlock();
     if (f.stdio_locked) platform::stdio_list_unlock();
   }
   f.locked = f.stdio_locked = false;
@@ -189,6 +197,7 @@ void atfork_child() {
     chunk_locks_reset_in_child();
     central_locks_reset_in_child();
     g_pool_lock.reset_after_fork();
+    g_debug_lock.reset_after_fork();
     if (f.stdio_locked) platform::stdio_list_reset_in_child();
   }
   f.locked = f.stdio_locked = false;
@@ -215,6 +224,11 @@ void process_init() {
   }
   if (t_in_init) return;  // a libc call inside initialisation came back to malloc
   while (g_init_state.load(std::memory_order_acquire) != 2) sched_yield();
+}
+
+void debug_point_heaps_at_empty_span() {
+  for (Heap* h = g_all_heaps.load(std::memory_order_acquire); h != nullptr; h = h->all_next)
+    for (auto& s : h->current) std::atomic_ref<Span*>(s).store(&g_empty_span, std::memory_order_relaxed);
 }
 
 Heap* heap_borrow() {

@@ -163,9 +163,9 @@ void retain_empty_span(Heap* h, unsigned c) {
   if (h->retained_count == kRetainedLargeSpans) {
     unsigned old = h->retained_classes[slot];
     h->retained[old] = false;
-    Span* s = h->current[old];
+    Span* s = h->installed[old];
     if (s != &g_empty_span && s->used == 0) {
-      h->current[old] = &g_empty_span;
+      set_current(h, old, &g_empty_span);
       heap_release_span(h, s);
     }
   } else {
@@ -180,7 +180,7 @@ void retain_empty_span(Heap* h, unsigned c) {
 void free_local_adjust(Heap* h, Span* s) {
   if (s->used == 0) {
     // Keep the class's current span even when empty: alloc/free ping-pong stays on the fast path.
-    if (s->kind == SpanKind::kSmall && h->current[s->size_class] == s) {
+    if (s->kind == SpanKind::kSmall && h->installed[s->size_class] == s) {
       if (s->page_count > 1) retain_empty_span(h, s->size_class);
       return;
     }
@@ -188,7 +188,7 @@ void free_local_adjust(Heap* h, Span* s) {
     return;
   }
   // The span was full and has a free block again.
-  if (s->kind == SpanKind::kSmall && !s->listed && h->current[s->size_class] != s)
+  if (s->kind == SpanKind::kSmall && !s->listed && h->installed[s->size_class] != s)
     h->available[s->size_class].push(s);
 }
 

@@ -69,6 +69,22 @@ typedef struct brisk_stats {
 
 void brisk_get_stats(brisk_stats* out);
 
+/* Debug mode (the README's "Debug mode"): from the next allocation of every thread on, blocks
+ * carry a header, guard bytes, a canary after the data and fill patterns, and freed blocks wait
+ * in a quarantine; misuse is reported (and aborts, unless BRISK_DEBUG_ACTION=report). Enter and
+ * exit nest: the mode is on while enters outnumber exits. BRISK_DEBUG=1 enters at start-up.
+ * Blocks made in either mode may be freed or reallocated in the other. */
+void brisk_debug_enter(void);
+void brisk_debug_exit(void);
+int brisk_debug_active(void);
+/* Checks every live and quarantined debug block; reports each damaged one and returns their
+ * number. */
+int brisk_check_heap(void);
+/* Sends each report to callback(text, length, context) instead of BRISK_DEBUG_LOG or stderr;
+ * NULL restores those. */
+void brisk_debug_set_report_callback(void (*callback)(const char* text, size_t length, void* context),
+                                     void* context);
+
 #ifdef __cplusplus
 }
 #endif

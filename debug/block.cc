@@ -1,0 +1,605 @@
+// Debug blocks: layout in block.h. Small and medium ones are carved from blocks of
+// g_debug_heap (threadcache/debug_switch.h) under g_debug_lock, large ones from large blocks.
+// Problems are reported outside every lock: a report callback may allocate.
+#include "debug/block.h"
+
+#include <errno.h>
+#include <sched.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/chunk.h"
+#include "core/config.h"
+#include "core/large.h"
+#include "core/lock.h"
+#include "core/options.h"
+#include "core/platform.h"
+#include "core/size_class.h"
+#include "debug/fill_check.h"
+#include "debug/quarantine.h"
+#include "debug/report.h"
+#include "debug/stack_trace.h"
+#include "core/text_writer.h"
+#include "threadcache/debug_switch.h"
+#include "threadcache/heap.h"
+#include "threadcache/medium.h"
+
+namespace brisk::debug {
+__thread Kind t_alloc_kind __attribute__((tls_model("initial-exec"))) = Kind::kMalloc;
+
+namespace {
+
+constexpr std::uint64_t kMagic = 0x6272697365646267ull;
+// Large blocks start on 4 KiB boundaries, and a debug block's user pointer lies at most 4 KiB
+// past the start of its large block (alignments of at most 4 KiB), so the start of the large
+// block of user pointer a is (a - 1) rounded down to 4 KiB.
+constexpr std::uintptr_t kLargeUserWindow = 4096;
+
+enum class State : std::uint8_t { kLive = 1, kQuarantined = 2, kKept = 3 };
+
+struct Header {
+  std::uint64_t check;  // kMagic ^ user address while live, quarantined or kept; else 0
+  Header* prev;         // the live list, under g_debug_lock
+  Header* next;
+  char* underlying;     // the block this one is carved from
+  std::uint64_t user_size;
+  std::uint64_t sequence;
+  std::uint32_t alloc_thread;
+  std::uint32_t free_thread;  // 0 while live
+  std::uint32_t alloc_stack;
+  std::uint32_t free_stack;
+  Kind kind;
+  State state;
+  std::uint16_t reserved;
+  std::uint32_t checksum;  // over every field but check, prev, next and itself
+  std::uint8_t padding[8];
+  std::uint8_t guard[kGuardBytes];
+};
+constexpr std::size_t kHeaderBytes = sizeof(Header);
+static_assert(kHeaderBytes % kMinAlign == 0, "the user pointer must keep the header's alignment");
+
+SpinLock& g_lock = g_debug_lock;
+Header* g_live = nullptr;  // newest first, under g_lock
+Quarantine g_quarantine;
+StackDepot g_depot;
+std::atomic<std::uint64_t> g_sequence{0};
+std::atomic<std::uint32_t> g_thread_numbers{0};
+int g_stack_depth = 0;
+std::atomic<bool> g_keep_going{false};  // BRISK_DEBUG_ACTION=report
+std::atomic<int> g_init_state{0};  // 0: not started, 1: running, 2: done
+__thread std::uint32_t t_thread_number __attribute__((tls_model("initial-exec"))) = 0;
+
+std::uint32_t thread_number() {
+  if (t_thread_number == 0) t_thread_number = g_thread_numbers.fetch_add(1, std::memory_order_relaxed) + 1;
+  return t_thread_number;
+}
+
+// skip: callers of capture to leave out. The entry points reach allocate and release through
+// tail jumps, so how many brisk frames sit above the caller's varies by path: the stack keeps
+// them rather than risk dropping the caller's own frame.
+std::uint32_t capture(int skip) {
+  if (g_stack_depth == 0) return kNoStack;
+  std::uintptr_t frames[kMaxStackDepth];
+  int n = capture_stack(frames, g_stack_depth, skip + 1);
+  return g_depot.store(frames, n);
+}
+
+char* user_of(const Header* h) { return reinterpret_cast<char*>(const_cast<Header*>(h)) + kHeaderBytes; }
+
+std::uint32_t checksum_of(const Header* h) {
+  std::uint64_t x = reinterpret_cast<std::uintptr_t>(h->underlying) * 0x9E3779B97F4A7C15ull;
+  auto mix = [&x](std::uint64_t v) { x = (x ^ v) * 0xff51afd7ed558ccdull; x ^= x >> 29; };
+  mix(h->user_size);
+  mix(h->sequence);
+  mix((std::uint64_t{h->alloc_thread} << 32) | h->free_thread);
+  mix((std::uint64_t{h->alloc_stack} << 32) | h->free_stack);
+  mix((std::uint64_t{static_cast<std::uint8_t>(h->kind)} << 8) | static_cast<std::uint8_t>(h->state));
+  return static_cast<std::uint32_t>(x ^ (x >> 32));
+}
+void seal(Header* h) { h->checksum = checksum_of(h); }
+
+std::uint64_t load_check(const Header* h) {
+  return std::atomic_ref<std::uint64_t>(const_cast<Header*>(h)->check).load(std::memory_order_relaxed);
+}
+void store_check(Header* h, std::uint64_t v) {
+  std::atomic_ref<std::uint64_t>(h->check).store(v, std::memory_order_relaxed);
+}
+
+// The debug block whose user pointer is p, or nullptr. *in_debug_memory: p lies in memory that
+// holds debug blocks (so a failed lookup is a bad pointer, not a release block).
+Header* header_of(const void* p, bool* in_debug_memory) {
+  *in_debug_memory = false;
+  auto a = reinterpret_cast<std::uintptr_t>(p);
+  std::uint8_t kind = region_kind(a);
+  if (kind == kRegionChunk) {
+    Span* s = chunk_of(a)->span_of(a);
+    if (s->owner.load(std::memory_order_acquire) != &g_debug_heap) return nullptr;
+    std::uintptr_t offset = a - reinterpret_cast<std::uintptr_t>(s->start);
+    // The debug heap also takes partly used spans from the central pools (spans of exited
+    // threads), whose live release blocks are freed the release way: a block start without a
+    // debug header is one of those (or a double free the release checks catch).
+    if (offset < s->span_bytes && s->is_block_start(offset) &&
+        (offset < kHeaderBytes || load_check(reinterpret_cast<Header*>(a - kHeaderBytes)) != (kMagic ^ a)))
+      return nullptr;
+    *in_debug_memory = true;
+    if (a % kMinAlign != 0 || offset < kHeaderBytes) return nullptr;
+  } else {
+    if (a % kMinAlign != 0 || a < kLargeUserWindow) return nullptr;
+    std::uintptr_t start = (a - 1) & ~(kLargeUserWindow - 1);
+    std::uint8_t start_kind = region_kind(start);
+    if (!region_is_large(start_kind) || large_header_of(reinterpret_cast<void*>(start), start_kind) == nullptr)
+      return nullptr;
+    if (a - start < kHeaderBytes) return nullptr;
+  }
+  auto* h = reinterpret_cast<Header*>(a - kHeaderBytes);
+  if (load_check(h) != (kMagic ^ a)) return nullptr;
+  *in_debug_memory = true;
+  return h;
+}
+
+void link_live(Header* h) {
+  h->prev = nullptr;
+  h->next = g_live;
+  if (g_live != nullptr) g_live->prev = h;
+  g_live = h;
+}
+void unlink_live(Header* h) {
+  if (h->prev != nullptr) h->prev->next = h->next;
+  else g_live = h->next;
+  if (h->next != nullptr) h->next->prev = h->prev;
+  h->prev = h->next = nullptr;
+}
+
+// What is wrong with a live block's own bytes (header, guard, canary), or nullptr.
+const char* damage_of(const Header* h, FillDamage* damage) {
+  if (checksum_of(h) != h->checksum) {
+    damage->first_offset = 0;
+    damage->range_count = 0;
+    damage->more_ranges = false;
+    return "damaged header (an underrun, or a write through a stale pointer)";
+  }
+  if (!check_fill(h->guard, kGuardBytes, kGuardByte, damage)) {
+    // Offsets relative to the user pointer would be negative: name them from the guard's start.
+    return "underrun: the guard bytes before the block were written";
+  }
+  if (!check_fill(user_of(h) + h->user_size, kGuardBytes, kGuardByte, damage)) {
+    for (int i = 0; i < damage->range_count; ++i) damage->ranges[i].offset += h->user_size;
+    damage->first_offset += h->user_size;
+    return "overrun: the canary after the block was written";
+  }
+  return nullptr;
+}
+
+// A report's inputs, copied while the block could not change (under a lock), so that it can be
+// reported after the lock is dropped.
+struct Snapshot {
+  const char* problem = nullptr;
+  const void* user = nullptr;
+  std::size_t user_size = 0;
+  std::uint32_t alloc_thread = 0, free_thread = 0, alloc_stack = 0, free_stack = 0;
+  bool has_damage = false;
+  FillDamage damage;
+  std::size_t dump_size = 0;
+  std::uint8_t dump[kDumpBytes];
+};
+
+void take_snapshot(Snapshot* s, const char* problem, const Header* h, const FillDamage* damage) {
+  s->problem = problem;
+  s->user = user_of(h);
+  s->user_size = h->user_size;
+  s->alloc_thread = h->alloc_thread;
+  s->free_thread = h->free_thread;
+  s->alloc_stack = h->alloc_stack;
+  s->free_stack = h->free_stack;
+  s->has_damage = damage != nullptr && damage->range_count > 0;
+  if (s->has_damage) s->damage = *damage;
+  // The dump covers the user data and the canary: an overrun shows.
+  std::size_t n = h->user_size + kGuardBytes;
+  s->dump_size = n < kDumpBytes ? n : kDumpBytes;
+  std::memcpy(s->dump, user_of(h), s->dump_size);
+}
+
+void emit(const Snapshot& s) {
+  BlockReport r;
+  r.problem = s.problem;
+  r.block = s.user;
+  r.user_size = s.user_size;
+  r.damage = s.has_damage ? &s.damage : nullptr;
+  r.allocated.thread = s.alloc_thread;
+  r.allocated.depth = g_depot.fetch(s.alloc_stack, &r.allocated.frames);
+  r.freed.thread = s.free_thread;
+  if (s.free_thread != 0) r.freed.depth = g_depot.fetch(s.free_stack, &r.freed.frames);
+  r.dump = s.dump;
+  r.dump_size = s.dump_size;
+  report_problem(r);
+}
+
+// Reports and, unless BRISK_DEBUG_ACTION=report, aborts.
+void problem_found(const Snapshot& s) {
+  emit(s);
+  if (!g_keep_going.load(std::memory_order_relaxed)) std::abort();
+}
+
+void problem_at(const char* problem, const void* p) {
+  Snapshot s;
+  s.problem = problem;
+  s.user = p;
+  problem_found(s);
+}
+
+// Gives the block's memory back to its heap (or the OS). The block is in no list.
+void free_underlying(Header* h) {
+  char* u = h->underlying;
+  store_check(h, 0);
+  auto a = reinterpret_cast<std::uintptr_t>(u);
+  std::uint8_t kind = region_kind(a);
+  if (kind == kRegionChunk) {
+    LockGuard g(g_lock);
+    Span* s = chunk_of(a)->span_of(a);
+    free_to_own_span(&g_debug_heap, s, reinterpret_cast<Block*>(u), free_code(a));
+    return;
+  }
+  large_free(u, large_header_of(u, kind));
+}
+
+// A block out of the quarantine: its freed pattern is checked before its memory is reused.
+void leave_quarantine(Header* h) {
+  FillDamage damage;
+  if (check_fill(user_of(h), h->user_size, kFreedByte, &damage)) {
+    free_underlying(h);
+    return;
+  }
+  Snapshot s;
+  {
+    LockGuard g(g_lock);
+    take_snapshot(&s, "write after free: the freed block was written while in quarantine", h, &damage);
+    h->state = State::kKept;  // never reused
+    seal(h);
+  }
+  problem_found(s);
+}
+
+void drain_evicted(QuarantinedBlock* out, std::size_t n) {
+  for (;;) {
+    for (std::size_t i = 0; i < n; ++i) leave_quarantine(static_cast<Header*>(out[i].block));
+    constexpr std::size_t kBatch = 16;
+    n = g_quarantine.take_excess(out, kBatch);
+    if (n == 0) return;
+  }
+}
+
+void* hook_alloc(std::size_t size) { return allocate(size, kMinAlign, t_alloc_kind, false); }
+bool hook_free(void* p) { return release(p, Kind::kMalloc, 0); }
+
+bool kinds_match(Kind allocated, Kind freed) {
+  auto family = [](Kind k) { return k == Kind::kAligned ? Kind::kMalloc : k; };
+  return family(allocated) == family(freed);
+}
+
+const char* kind_mismatch(Kind allocated, Kind freed) {
+  if (kinds_match(allocated, freed)) return nullptr;
+  switch (allocated) {
+    case Kind::kNew: return freed == Kind::kNewArray ? "delete[] of a block made by new" : "free of a block made by new";
+    case Kind::kNewArray: return freed == Kind::kNew ? "delete of a block made by new[]" : "free of a block made by new[]";
+    default: return freed == Kind::kNew ? "delete of a block made by malloc" : "delete[] of a block made by malloc";
+  }
+}
+
+}  // namespace
+
+void init() {
+  if (g_init_state.load(std::memory_order_acquire) == 2) return;
+  int expected = 0;
+  if (!g_init_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+    while (g_init_state.load(std::memory_order_acquire) != 2) sched_yield();
+    return;
+  }
+  process_init();
+  g_stack_depth = static_cast<int>(options::get(options::Id::kDebugStackDepth));
+  if (g_stack_depth > 0) {
+    stack_trace_init();
+    g_depot.init(1u << 16, std::size_t{64} << 20);
+  }
+  const char* action = platform::get_env("BRISK_DEBUG_ACTION");
+  g_keep_going.store(action != nullptr && std::strcmp(action, "report") == 0, std::memory_order_relaxed);
+  g_quarantine.init(Quarantine::default_budget(), 1u << 16);
+  fill_check_init();
+  g_debug_hooks = DebugHooks{hook_alloc, hook_free};
+  g_debug_blocks_may_exist.store(true, std::memory_order_release);
+  g_init_state.store(2, std::memory_order_release);
+}
+
+void set_keep_going(bool keep_going) { g_keep_going.store(keep_going, std::memory_order_relaxed); }
+
+void* allocate(std::size_t size, std::size_t alignment, Kind kind, bool zero) {
+  if (alignment < kMinAlign) alignment = kMinAlign;
+  constexpr std::size_t kLimit = static_cast<std::size_t>(PTRDIFF_MAX) / 2;
+  if (size > kLimit) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  // Underlying small and medium blocks are 16-byte aligned at least: alignment - 16 bytes of
+  // slack always leave room to align the user pointer.
+  std::size_t total = kHeaderBytes + (alignment - kMinAlign) + size + kGuardBytes;
+  std::uint32_t stack = capture(0);
+  char* u = nullptr;
+  if (total <= kMediumMax) {
+    LockGuard g(g_lock);
+    u = static_cast<char*>(total <= kSmallMax ? alloc_small(&g_debug_heap, size_to_class(total), total)
+                                              : alloc_medium(&g_debug_heap, total, false));
+  } else {
+    u = static_cast<char*>(large_alloc(total, alignment, false));
+  }
+  if (u == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  auto ua = reinterpret_cast<std::uintptr_t>(u);
+  std::uintptr_t user = (ua + kHeaderBytes + alignment - 1) & ~(alignment - 1);
+  auto* h = reinterpret_cast<Header*>(user - kHeaderBytes);
+  h->underlying = u;
+  h->user_size = size;
+  h->sequence = g_sequence.fetch_add(1, std::memory_order_relaxed) + 1;
+  h->alloc_thread = thread_number();
+  h->free_thread = 0;
+  h->alloc_stack = stack;
+  h->free_stack = kNoStack;
+  h->kind = kind;
+  h->state = State::kLive;
+  h->reserved = 0;
+  std::memset(h->padding, 0, sizeof h->padding);
+  std::memset(h->guard, kGuardByte, kGuardBytes);
+  seal(h);
+  std::memset(user_of(h), zero ? 0 : kAllocByte, size);
+  std::memset(user_of(h) + size, kGuardByte, kGuardBytes);
+  {
+    LockGuard g(g_lock);
+    link_live(h);
+    store_check(h, kMagic ^ user);
+  }
+  return user_of(h);
+}
+
+bool usable_size(const void* p, std::size_t* size) {
+  bool in_debug_memory;
+  Header* h = header_of(p, &in_debug_memory);
+  if (h == nullptr) {
+    if (in_debug_memory) problem_at("usable size of a pointer that is no debug block", p);
+    if (in_debug_memory) *size = 0;
+    return in_debug_memory;
+  }
+  *size = h->user_size;
+  return true;
+}
+
+bool release(void* p, Kind kind, std::size_t sized) {
+  bool in_debug_memory;
+  Header* h = header_of(p, &in_debug_memory);
+  if (h == nullptr) {
+    if (!in_debug_memory) return false;
+    problem_at("invalid free: no debug block starts here (a pointer inside a block, or freed long ago)", p);
+    return true;
+  }
+  std::uint32_t stack = capture(0);
+  Snapshot s;
+  bool keep = false;  // a double free, or a damaged block: it does not go to the quarantine
+  {
+    LockGuard g(g_lock);
+    FillDamage damage;
+    if (h->state != State::kLive) {
+      keep = true;
+      take_snapshot(&s, "double free", h, nullptr);
+    } else if (const char* problem = damage_of(h, &damage)) {
+      keep = true;
+      h->free_thread = thread_number();
+      h->free_stack = stack;
+      take_snapshot(&s, problem, h, &damage);
+      unlink_live(h);
+      h->state = State::kKept;  // never reused
+      seal(h);
+    } else {
+      const char* misuse = kind_mismatch(h->kind, kind);
+      if (misuse == nullptr && sized != 0 && sized != h->user_size)
+        misuse = "sized free with a size that is not the block's";
+      h->free_thread = thread_number();
+      h->free_stack = stack;
+      if (misuse != nullptr) take_snapshot(&s, misuse, h, nullptr);
+      unlink_live(h);
+      h->state = State::kQuarantined;
+      seal(h);
+    }
+  }
+  if (s.problem != nullptr) problem_found(s);
+  if (keep) return true;
+  fill_block(user_of(h), h->user_size, kFreedByte);
+  constexpr std::size_t kBatch = 16;
+  QuarantinedBlock evicted[kBatch];
+  std::size_t bytes = h->user_size + kHeaderBytes + kGuardBytes;
+  drain_evicted(evicted, g_quarantine.push(h, bytes, evicted, kBatch));
+  return true;
+}
+
+ReallocCheck check_before_realloc(void* p, std::size_t* user_size) {
+  bool in_debug_memory;
+  Header* h = header_of(p, &in_debug_memory);
+  if (h == nullptr) {
+    if (!in_debug_memory) return ReallocCheck::kNotDebug;
+    problem_at("realloc of a pointer that is no debug block", p);
+    return ReallocCheck::kBad;
+  }
+  Snapshot s;
+  {
+    LockGuard g(g_lock);
+    FillDamage damage;
+    if (h->state != State::kLive) {
+      take_snapshot(&s, "realloc of a freed block", h, nullptr);
+    } else if (const char* problem = damage_of(h, &damage)) {
+      take_snapshot(&s, problem, h, &damage);
+      unlink_live(h);
+      h->state = State::kKept;  // never reused
+      seal(h);
+    }
+    *user_size = h->user_size;
+  }
+  if (s.problem == nullptr) return ReallocCheck::kLive;
+  problem_found(s);
+  return ReallocCheck::kBad;
+}
+
+int check_block(const void* p) {
+  bool in_debug_memory;
+  Header* h = header_of(p, &in_debug_memory);
+  if (h == nullptr) return 0;
+  Snapshot s;
+  {
+    LockGuard g(g_lock);
+    FillDamage damage;
+    if (h->state == State::kLive) {
+      if (const char* problem = damage_of(h, &damage)) take_snapshot(&s, problem, h, &damage);
+    } else if (h->state == State::kQuarantined && !check_fill(user_of(h), h->user_size, kFreedByte, &damage)) {
+      take_snapshot(&s, "write after free (found by brisk_check_heap)", h, &damage);
+    }
+  }
+  if (s.problem == nullptr) return 0;
+  emit(s);
+  return 1;
+}
+
+namespace {
+// check_heap's snapshots, under g_check_lock: a batch is too large for a thread's stack.
+constexpr int kBatch = 8;
+SpinLock g_check_lock;
+Snapshot g_check_batch[kBatch];
+}  // namespace
+
+int check_heap() {
+  // Snapshots are taken under the locks and reported after them, a batch at a time.
+  LockGuard check_guard(g_check_lock);
+  int damaged = 0;
+  int queued = 0;
+  auto flush = [&queued] {
+    for (int i = 0; i < queued; ++i) emit(g_check_batch[i]);
+    queued = 0;
+  };
+  {
+    LockGuard g(g_lock);
+    for (Header* h = g_live; h != nullptr; h = h->next) {
+      FillDamage damage;
+      if (const char* problem = damage_of(h, &damage)) {
+        if (queued < kBatch) take_snapshot(&g_check_batch[queued++], problem, h, &damage);
+        ++damaged;
+      }
+    }
+  }
+  flush();
+  struct Visit {
+    int damaged = 0;
+    int* queued;
+  } visit{0, &queued};
+  g_quarantine.for_each(
+      [](const QuarantinedBlock& b, void* context) {
+        auto* v = static_cast<Visit*>(context);
+        auto* h = static_cast<Header*>(b.block);
+        FillDamage damage;
+        if (check_fill(user_of(h), h->user_size, kFreedByte, &damage)) return;
+        if (*v->queued < kBatch) take_snapshot(&g_check_batch[(*v->queued)++], "write after free (found by brisk_check_heap)", h, &damage);
+        ++v->damaged;
+      },
+      &visit);
+  flush();
+  return damaged + visit.damaged;
+}
+
+namespace {
+
+struct LeakGroup {
+  std::uint32_t stack;
+  std::uint32_t thread;  // of the group's first block, for a stackless group's report
+  std::size_t count;
+  std::size_t bytes;
+  std::size_t min_size;
+  std::size_t max_size;
+};
+constexpr int kMaxLeakGroups = 256;
+LeakGroup g_leak_groups[kMaxLeakGroups];  // report_leaks runs once, at exit
+
+}  // namespace
+
+int report_leaks() {
+  if (g_init_state.load(std::memory_order_acquire) != 2) return 0;
+  int groups = 0;
+  std::size_t ungrouped = 0, ungrouped_bytes = 0;
+  {
+    LockGuard g(g_lock);
+    for (Header* h = g_live; h != nullptr; h = h->next) {
+      int i = 0;
+      while (i < groups && g_leak_groups[i].stack != h->alloc_stack) ++i;
+      if (i == groups) {
+        if (groups == kMaxLeakGroups) {
+          ++ungrouped;
+          ungrouped_bytes += h->user_size;
+          continue;
+        }
+        g_leak_groups[groups++] = LeakGroup{h->alloc_stack, h->alloc_thread, 0, 0, h->user_size, h->user_size};
+      }
+      LeakGroup& group = g_leak_groups[i];
+      ++group.count;
+      group.bytes += h->user_size;
+      if (h->user_size < group.min_size) group.min_size = h->user_size;
+      if (h->user_size > group.max_size) group.max_size = h->user_size;
+    }
+  }
+  // Largest total first, so the worst leak heads the log (a selection sort: few groups).
+  for (int i = 0; i < groups; ++i) {
+    int best = i;
+    for (int j = i + 1; j < groups; ++j)
+      if (g_leak_groups[j].bytes > g_leak_groups[best].bytes) best = j;
+    LeakGroup t = g_leak_groups[i];
+    g_leak_groups[i] = g_leak_groups[best];
+    g_leak_groups[best] = t;
+  }
+  static char text[kReportCapacity];
+  for (int i = 0; i < groups; ++i) {
+    const LeakGroup& group = g_leak_groups[i];
+    TextWriter w(text, sizeof text);
+    w.text("brisk: leak: ");
+    w.decimal(group.count);
+    w.text(group.count == 1 ? " block, " : " blocks, ");
+    w.decimal(group.bytes);
+    w.text(" bytes (sizes ");
+    w.decimal(group.min_size);
+    if (group.max_size != group.min_size) {
+      w.text("..");
+      w.decimal(group.max_size);
+    }
+    w.text(") still allocated at exit, allocated by thread ");
+    w.decimal(group.thread);
+    w.text(":\n");
+    const std::uintptr_t* frames = nullptr;
+    int depth = g_depot.fetch(group.stack, &frames);
+    if (depth <= 0) w.text("    (no stack recorded)\n");
+    for (int f = 0; f < depth; ++f) {
+      w.text("    #");
+      w.decimal(static_cast<std::uint64_t>(f));
+      w.put(' ');
+      char frame[512];
+      w.text(frame, format_frame(frames[f], frame, sizeof frame));
+      w.put('\n');
+    }
+    emit_report(text, w.finish("(report truncated)\n"));
+  }
+  if (ungrouped > 0) {
+    TextWriter w(text, sizeof text);
+    w.text("brisk: leak: ");
+    w.decimal(ungrouped);
+    w.text(" more blocks, ");
+    w.decimal(ungrouped_bytes);
+    w.text(" bytes, from more allocation stacks than the report groups\n");
+    emit_report(text, w.finish());
+  }
+  return groups;
+}
+
+}  // namespace brisk::debug

@@ -1,0 +1,72 @@
+// Debug blocks: what malloc hands out in debug mode, and everything that checks them.
+//
+// Layout of a debug block inside the block it is carved from (an underlying small or medium
+// block of g_debug_heap, or a large block):
+//   [slack for alignment][Header, 80 bytes][guard, 16 x kGuardByte][user data, user_size]
+//   [canary, 16 x kGuardByte][rest of the underlying block]
+// The header ends right at the user pointer, so header_of(p) reads p - kHeaderBytes. The
+// guard catches an underrun, the canary right after the user data an overrun, both of one
+// byte. A new block is filled with kAllocByte (calloc: zeroes), a freed one with kFreedByte,
+// which is checked when the block leaves the quarantine.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace brisk::debug {
+
+inline constexpr std::uint8_t kAllocByte = 0xA5;  // a new block (not calloc's)
+inline constexpr std::uint8_t kFreedByte = 0xDD;  // a freed block, while in quarantine
+inline constexpr std::uint8_t kGuardByte = 0xFD;  // the guard before and the canary after
+inline constexpr std::size_t kGuardBytes = 16;
+// Larger alignments get release blocks even in debug mode (header_of finds a large debug
+// block's start within 4 KiB below its user pointer).
+inline constexpr std::size_t kMaxAlignment = 4096;
+
+// How a block was allocated; a free must match it (free/delete/delete[]).
+enum class Kind : std::uint8_t { kMalloc, kNew, kNewArray, kAligned };
+
+// The kind of the allocation in progress on this thread: kMalloc, or what operator new's slow
+// paths set (KindScope) around the shared ones, so the block made there records it.
+extern __thread Kind t_alloc_kind __attribute__((tls_model("initial-exec")));
+struct KindScope {
+  Kind saved;
+  explicit KindScope(Kind kind) : saved(t_alloc_kind) { t_alloc_kind = kind; }
+  ~KindScope() { t_alloc_kind = saved; }
+  KindScope(const KindScope&) = delete;
+  KindScope& operator=(const KindScope&) = delete;
+};
+
+// The debug block at user pointer p, live or in quarantine: true and its user size, or false
+// when p is not one.
+bool usable_size(const void* p, std::size_t* size);
+// nullptr with errno = ENOMEM on failure. alignment: a power of two, at most 4 KiB (larger
+// alignments get release blocks: see allocate's caller).
+void* allocate(std::size_t size, std::size_t alignment, Kind kind, bool zero);
+// Frees a debug block, checking it (sized: the size the caller gave, 0 when none). False when
+// p is not a debug block nor in a debug span: the caller treats it as a release block.
+bool release(void* p, Kind kind, std::size_t sized);
+// Before realloc moves a block: kLive when p is a sound live debug block (*user_size: its
+// size; the caller allocates the new block in the current mode, copies and frees p), kBad when
+// p is a debug block or debug memory with a problem (reported; realloc fails with EINVAL),
+// kNotDebug otherwise.
+enum class ReallocCheck { kNotDebug, kLive, kBad };
+ReallocCheck check_before_realloc(void* p, std::size_t* user_size);
+// brisk_check_heap for the one debug block at p (live or quarantined): 1 if damaged (reported).
+int check_block(const void* p);
+// Checks every live and quarantined debug block; returns how many are damaged (each reported).
+int check_heap();
+
+// Reports live debug blocks grouped by allocation stack (count, sizes, total bytes), largest
+// total first; returns the number of groups. Called at exit unless BRISK_DEBUG_LEAKS=0.
+int report_leaks();
+
+// BRISK_DEBUG_ACTION: false (abort, the default) aborts after a report; true (report) goes on,
+// never reusing a damaged block. init() reads the variable; tests set it here after init().
+void set_keep_going(bool keep_going);
+
+// Maps the quarantine, the stack depot, reads the options; installs the thread cache's hooks.
+// Idempotent; call outside every allocator lock (stack_trace_init may call malloc).
+void init();
+
+}  // namespace brisk::debug

@@ -1,0 +1,356 @@
+// Debug mode through the brisk_* API: the switch (nesting, prompt in every thread, free and
+// realloc across modes), what a debug block looks like to its user, and one test per
+// detection. Reports go to a callback and BRISK_DEBUG_ACTION is "report" (set_keep_going), so
+// a problem is seen as a report text rather than an abort.
+#include <brisk/brisk.h>
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "debug/block.h"
+#include "tests/test_util.h"
+
+namespace {
+
+std::mutex g_reports_mutex;
+std::string g_reports;
+int g_report_count = 0;
+
+void CollectReport(const char* text, size_t length, void*) {
+  std::lock_guard<std::mutex> g(g_reports_mutex);
+  g_reports.append(text, length);
+  ++g_report_count;
+}
+
+// Enters debug mode with reports collected, and leaves it (and checks the heap) at the end.
+class DebugMode : public testing::Test {
+ protected:
+  void SetUp() override {
+    brisk_debug_enter();
+    brisk::debug::set_keep_going(true);
+    brisk_debug_set_report_callback(CollectReport, nullptr);
+    std::lock_guard<std::mutex> g(g_reports_mutex);
+    g_reports.clear();
+    g_report_count = 0;
+  }
+  void TearDown() override {
+    while (brisk_debug_active()) brisk_debug_exit();
+    brisk_debug_set_report_callback(nullptr, nullptr);
+  }
+  static std::string Reports() {
+    std::lock_guard<std::mutex> g(g_reports_mutex);
+    return g_reports;
+  }
+  static int ReportCount() {
+    std::lock_guard<std::mutex> g(g_reports_mutex);
+    return g_report_count;
+  }
+};
+
+// A small debug block reports its requested size; a release block its class size.
+bool IsDebugBlockOf24(void* p) { return brisk_usable_size(p) == 24; }
+
+TEST_F(DebugMode, EnterAndExitNest) {
+  EXPECT_NE(brisk_debug_active(), 0);
+  brisk_debug_enter();
+  brisk_debug_exit();
+  EXPECT_NE(brisk_debug_active(), 0);
+  brisk_debug_exit();
+  EXPECT_EQ(brisk_debug_active(), 0);
+  brisk_debug_exit();  // unbalanced: ignored
+  EXPECT_EQ(brisk_debug_active(), 0);
+  brisk_debug_enter();
+  EXPECT_NE(brisk_debug_active(), 0);
+}
+
+TEST_F(DebugMode, ANewBlockHoldsTheAllocationPatternAndItsExactSize) {
+  for (size_t size : {size_t{1}, size_t{24}, size_t{1000}, size_t{100000}, size_t{3} << 20}) {
+    auto* p = static_cast<unsigned char*>(brisk_malloc(size));
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(brisk_usable_size(p), size);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 16, 0u);
+    for (size_t i = 0; i < size; i += 1 + i / 64) ASSERT_EQ(p[i], brisk::debug::kAllocByte) << size << " " << i;
+    brisk_free(p);
+  }
+  EXPECT_EQ(brisk_check_heap(), 0);
+  EXPECT_EQ(ReportCount(), 0) << Reports();
+}
+
+// The seed's correctness test: every fill byte of new blocks of 1..1025 bytes; in freed blocks
+// of 1..65 and 257 bytes, each byte corrupted in turn is found at its offset, and once
+// restored the next check is clean.
+TEST_F(DebugMode, EveryFillByteIsSetAndEveryCorruptedFreedByteIsFoundAtItsOffset) {
+  for (size_t size = 1; size <= 1025; ++size) {
+    auto* p = static_cast<unsigned char*>(brisk_malloc(size));
+    for (size_t i = 0; i < size; ++i) ASSERT_EQ(p[i], brisk::debug::kAllocByte) << size << " " << i;
+    brisk_free(p);
+  }
+  std::vector<size_t> sizes;
+  for (size_t size = 1; size <= 65; ++size) sizes.push_back(size);
+  sizes.push_back(257);
+  for (size_t size : sizes) {
+    auto* p = static_cast<unsigned char*>(brisk_malloc(size));
+    brisk_free(p);  // in quarantine: its bytes are the freed pattern, and still the block's
+    for (size_t i = 0; i < size; ++i) {
+      {
+        std::lock_guard<std::mutex> g(g_reports_mutex);
+        g_reports.clear();
+      }
+      p[i] ^= 0x5A;
+      ASSERT_EQ(brisk::debug::check_block(p), 1) << size << " " << i;
+      std::string want = "damaged ranges: " + std::to_string(i) + "(1)\n";
+      ASSERT_NE(Reports().find(want), std::string::npos) << Reports();
+      p[i] ^= 0x5A;
+      ASSERT_EQ(brisk::debug::check_block(p), 0) << size << " " << i;
+    }
+  }
+}
+
+TEST_F(DebugMode, CallocReturnsZeroesAndAlignedAllocMeetsTheAlignment) {
+  for (size_t size : {size_t{24}, size_t{100000}}) {
+    auto* p = static_cast<unsigned char*>(brisk_calloc(1, size));
+    ASSERT_NE(p, nullptr);
+    for (size_t i = 0; i < size; ++i) ASSERT_EQ(p[i], 0) << i;
+    brisk_free(p);
+  }
+  for (size_t alignment : {size_t{32}, size_t{256}, size_t{4096}}) {
+    void* p = brisk_aligned_alloc(alignment, 40);
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % alignment, 0u);
+    EXPECT_EQ(brisk_usable_size(p), 40u);
+    brisk_free(p);
+  }
+  EXPECT_EQ(ReportCount(), 0) << Reports();
+}
+
+TEST_F(DebugMode, BlocksMoveBetweenModesThroughFreeAndRealloc) {
+  brisk_debug_exit();
+  void* release_block = brisk_malloc(24);
+  brisk_debug_enter();
+  auto* debug_block = static_cast<char*>(brisk_malloc(24));
+  EXPECT_TRUE(IsDebugBlockOf24(debug_block));
+  std::memcpy(debug_block, "0123456789abcdefghijklm", 24);
+  brisk_free(release_block);  // a release block freed in debug mode
+  brisk_debug_exit();
+  auto* moved = static_cast<char*>(brisk_realloc(debug_block, 5000));  // now a release block
+  ASSERT_NE(moved, nullptr);
+  EXPECT_EQ(std::memcmp(moved, "0123456789abcdefghijklm", 24), 0);
+  EXPECT_GE(brisk_usable_size(moved), 5000u);
+  brisk_debug_enter();
+  auto* back = static_cast<char*>(brisk_realloc(moved, 30));  // and a debug block again
+  EXPECT_EQ(brisk_usable_size(back), 30u);
+  EXPECT_EQ(std::memcmp(back, "0123456789abcdefghijklm", 24), 0);
+  brisk_debug_exit();
+  brisk_free(back);  // a debug block freed in release mode
+  EXPECT_EQ(ReportCount(), 0) << Reports();
+}
+
+TEST_F(DebugMode, AnOverrunOfOneByteIsReportedAtFree) {
+  auto* p = static_cast<char*>(brisk_malloc(24));
+  p[24] = 'x';
+  brisk_free(p);
+  EXPECT_EQ(ReportCount(), 1);
+  EXPECT_NE(Reports().find("overrun"), std::string::npos) << Reports();
+  EXPECT_NE(Reports().find("24(1)"), std::string::npos) << Reports();
+}
+
+TEST_F(DebugMode, AnUnderrunOfOneByteIsReportedAtRealloc) {
+  auto* p = static_cast<char*>(brisk_malloc(100));
+  p[-1] = 'x';
+  EXPECT_EQ(brisk_realloc(p, 200), nullptr);
+  EXPECT_EQ(ReportCount(), 1);
+  EXPECT_NE(Reports().find("underrun"), std::string::npos) << Reports();
+}
+
+TEST_F(DebugMode, CheckHeapCountsDamagedLiveBlocks) {
+  auto* a = static_cast<char*>(brisk_malloc(40));
+  auto* b = static_cast<char*>(brisk_malloc(70000));
+  EXPECT_EQ(brisk_check_heap(), 0);
+  a[40] = 0;
+  b[70000] = 0;
+  EXPECT_EQ(brisk_check_heap(), 2);
+  a[40] = static_cast<char>(brisk::debug::kGuardByte);
+  b[70000] = static_cast<char>(brisk::debug::kGuardByte);
+  EXPECT_EQ(brisk_check_heap(), 0);
+  brisk_free(a);
+  brisk_free(b);
+  EXPECT_EQ(ReportCount(), 2) << Reports();
+}
+
+// A block larger than a quarantine shard's budget (BRISK_DEBUG_QUARANTINE / 8) is not
+// quarantined: ctest runs this test with 64 MiB, so the 3 MiB large block waits there.
+TEST_F(DebugMode, ADoubleFreeIsNamedForSmallMediumAndLargeBlocks) {
+  for (size_t size : {size_t{48}, size_t{300000}, size_t{3} << 20}) {
+    void* p = brisk_malloc(size);
+    brisk_free(p);
+    int before = ReportCount();
+    brisk_free(p);
+    EXPECT_EQ(ReportCount(), before + 1) << size;
+  }
+  std::string r = Reports();
+  size_t n = 0;
+  for (size_t at = r.find("brisk: double free"); at != std::string::npos; at = r.find("brisk: double free", at + 1)) ++n;
+  EXPECT_EQ(n, 3u) << r;
+}
+
+TEST_F(DebugMode, ASizedFreeWithTheWrongSizeIsReported) {
+  brisk_free_sized(brisk_malloc(24), 24);
+  EXPECT_EQ(ReportCount(), 0) << Reports();
+  brisk_free_sized(brisk_malloc(24), 32);
+  EXPECT_EQ(ReportCount(), 1);
+  EXPECT_NE(Reports().find("sized free with a size that is not the block's"), std::string::npos) << Reports();
+}
+
+TEST_F(DebugMode, ReallocOfAFreedBlockIsReported) {
+  void* p = brisk_malloc(64);
+  brisk_free(p);
+  EXPECT_EQ(brisk_realloc(p, 128), nullptr);
+  EXPECT_NE(Reports().find("realloc of a freed block"), std::string::npos) << Reports();
+}
+
+TEST_F(DebugMode, AnInvalidPointerIntoDebugMemoryIsReported) {
+  auto* p = static_cast<char*>(brisk_malloc(64));
+  brisk_free(p + 16);
+  EXPECT_NE(Reports().find("invalid free"), std::string::npos) << Reports();
+  brisk_free(p);
+}
+
+TEST_F(DebugMode, AWriteAfterFreeIsFoundByCheckHeapAndAtQuarantineExit) {
+  auto* p = static_cast<char*>(brisk_malloc(200));
+  brisk_free(p);
+  p[7] = 1;  // the block is in quarantine: its memory is still the debug block's
+  EXPECT_EQ(brisk_check_heap(), 1);
+  EXPECT_NE(Reports().find("7(1)"), std::string::npos) << Reports();
+  p[7] = static_cast<char>(brisk::debug::kFreedByte);
+  EXPECT_EQ(brisk_check_heap(), 0);
+  p[9] = 1;
+  // Push it out of the quarantine (64 MiB under ctest) with frees of larger blocks.
+  for (int i = 0; i < 160; ++i) brisk_free(brisk_malloc(1 << 20));
+  EXPECT_NE(Reports().find("write after free: the freed block"), std::string::npos) << Reports();
+  EXPECT_NE(Reports().find("9(1)"), std::string::npos) << Reports();
+}
+
+}  // namespace
+
+// Exported (the test links with ENABLE_EXPORTS), so the report names it through dladdr.
+__attribute__((noinline)) void* LeakFromHere(size_t size) {
+  void* p = brisk_malloc(size);
+  asm volatile("" ::: "memory");  // keeps the call a call, not a tail jump
+  return p;
+}
+
+namespace {
+
+TEST_F(DebugMode, TheLeakReportGroupsLiveBlocksByTheirAllocationStack) {
+  void* blocks[3];
+  const size_t sizes[3] = {10, 30, 20};
+  for (int i = 0; i < 3; ++i) blocks[i] = LeakFromHere(sizes[i]);  // one call site: one stack
+  EXPECT_GE(brisk::debug::report_leaks(), 1);
+  std::string r = Reports();
+  size_t at = r.find("brisk: leak: 3 blocks, 60 bytes (sizes 10..30)");
+  ASSERT_NE(at, std::string::npos) << r;
+  size_t end = r.find("brisk: leak:", at + 1);
+  std::string group = r.substr(at, end == std::string::npos ? std::string::npos : end - at);
+  EXPECT_NE(group.find("LeakFromHere"), std::string::npos) << group;
+  for (void* p : blocks) brisk_free(p);
+}
+
+// A thread that loops malloc/free of one size never leaves its fast path in release mode; it
+// makes a debug block within two iterations of another thread's brisk_debug_enter returning.
+TEST_F(DebugMode, TheSwitchReachesAThreadLoopingOnItsFastPath) {
+  brisk_debug_exit();
+  std::atomic<uint64_t> iterations{0};
+  std::atomic<uint64_t> first_debug{0};  // 1 + the iteration of the first debug block
+  std::atomic<bool> stop{false};
+  std::thread looper([&] {
+    for (uint64_t i = 0; !stop.load(std::memory_order_relaxed); ++i) {
+      void* p = brisk_malloc(24);
+      if (first_debug.load(std::memory_order_relaxed) == 0 && IsDebugBlockOf24(p))
+        first_debug.store(i + 1, std::memory_order_relaxed);
+      brisk_free(p);
+      iterations.store(i + 1, std::memory_order_release);
+    }
+  });
+  while (iterations.load(std::memory_order_acquire) < 1000) std::this_thread::yield();
+  ASSERT_EQ(first_debug.load(), 0u);
+  brisk_debug_enter();
+  uint64_t at_switch = iterations.load(std::memory_order_acquire);
+  // Watchdog by count, not time: a thread still on its release span after a million more
+  // iterations never got the switch.
+  while (first_debug.load(std::memory_order_relaxed) == 0 &&
+         iterations.load(std::memory_order_relaxed) < at_switch + 1000000)
+    std::this_thread::yield();
+  stop = true;
+  looper.join();
+  ASSERT_NE(first_debug.load(), 0u) << "no debug block after " << iterations.load() - at_switch << " iterations";
+  // Iteration at_switch + 1 may have allocated before the switch; at_switch + 2 began after it.
+  EXPECT_LE(first_debug.load() - 1, at_switch + 1);
+  EXPECT_EQ(ReportCount(), 0) << Reports();
+}
+
+// Producers send filled blocks to consumers, which check and free them, while the main thread
+// turns debug mode on and off: every block arrives intact and nothing is reported.
+TEST_F(DebugMode, SwitchingWhileThreadsTradeBlocksLosesNothingAndReportsNothing) {
+  constexpr int kPairs = 2;
+  const int kPerProducer = 20000 / brisk_test::kScale;
+  struct Queue {
+    std::mutex m;
+    std::vector<std::pair<unsigned char*, size_t>> items;
+  } queues[kPairs];
+  std::atomic<int> producing{kPairs};
+  std::atomic<long> received{0}, bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kPairs; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPerProducer; ++i) {
+        size_t size = 1 + (static_cast<size_t>(i) * 7919) % (i % 64 == 0 ? 200000 : 2000);
+        auto* p = static_cast<unsigned char*>(i % 3 == 0 ? brisk_calloc(1, size) : brisk_malloc(size));
+        std::memset(p, static_cast<int>(size & 0xff), size);
+        if (i % 5 == 0) {
+          p = static_cast<unsigned char*>(brisk_realloc(p, size + 100));
+          std::memset(p, static_cast<int>(size & 0xff), size);
+        }
+        std::lock_guard<std::mutex> g(queues[t].m);
+        queues[t].items.emplace_back(p, size);
+      }
+      producing.fetch_sub(1);
+    });
+    threads.emplace_back([&, t] {
+      for (;;) {
+        std::vector<std::pair<unsigned char*, size_t>> batch;
+        bool done = producing.load() == 0;
+        {
+          std::lock_guard<std::mutex> g(queues[t].m);
+          batch.swap(queues[t].items);
+        }
+        for (auto [p, size] : batch) {
+          for (size_t i = 0; i < size; i += 1 + i / 16)
+            if (p[i] != static_cast<unsigned char>(size & 0xff)) bad.fetch_add(1);
+          brisk_free(p);
+          received.fetch_add(1);
+        }
+        if (done && batch.empty()) return;
+      }
+    });
+  }
+  for (int i = 0; producing.load() > 0; ++i) {
+    if (i % 2 == 0) brisk_debug_exit();
+    else brisk_debug_enter();
+    std::this_thread::yield();
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(received.load(), static_cast<long>(kPairs) * kPerProducer);
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(brisk_check_heap(), 0);
+  EXPECT_EQ(ReportCount(), 0) << Reports();
+}
+
+}  // namespace
