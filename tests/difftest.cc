@@ -638,14 +638,7 @@ void Lane(int lane) {
   }
 }
 
-size_t ResidentBytes() {
-  FILE* f = fopen("/proc/self/statm", "r");
-  if (f == nullptr) return 0;
-  unsigned long long size = 0, resident = 0;
-  int n = fscanf(f, "%llu %llu", &size, &resident);
-  fclose(f);
-  return n == 2 ? resident * static_cast<size_t>(sysconf(_SC_PAGESIZE)) : 0;
-}
+using brisk_test::ResidentBytes;
 
 // Fails the whole process if the run does not end: a deadlock inside the allocator would
 // otherwise wait for ctest's timeout and print nothing useful.
