@@ -68,18 +68,18 @@ void* realloc_impl(void* p, std::size_t size) {
   if (p == nullptr) return malloc_inline(size);
   // Fast path: a small block of this thread's, to a small size (MMtest's small test is this).
   Heap* h = t_heap;
-  Span* own = own_carved_span(h, reinterpret_cast<std::uintptr_t>(p));
-  FreeCode code{};
-  if (own != nullptr) code = free_code(reinterpret_cast<std::uintptr_t>(p));
-  if (own != nullptr && static_cast<Block*>(p)->key != code.key && own->kind == SpanKind::kSmall &&
-      size - 1 < kSmallMax) {
-    std::size_t usable = own->block_size;
-    if (size <= usable && size > usable / 2) return p;
-    void* q = alloc_small(h, size_to_class(size), size);
-    if (q == nullptr) return nullptr;  // errno is set; p is intact
-    std::memcpy(q, p, usable < size ? usable : size);
-    free_to_own_span(h, own, static_cast<Block*>(p), code);
-    return q;
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  if (Span* own = own_carved_span(h, a); own != nullptr && own->kind == SpanKind::kSmall && size - 1 < kSmallMax) {
+    FreeCode code = free_code(a);
+    if (static_cast<Block*>(p)->key != code.key) {  // a freed block goes on to be reported below
+      std::size_t usable = own->block_size;
+      if (size <= usable && size > usable / 2) return p;
+      void* q = alloc_small(h, size_to_class(size), size);
+      if (q == nullptr) return nullptr;  // errno is set; p is intact
+      std::memcpy(q, p, usable < size ? usable : size);
+      free_to_own_span(h, own, static_cast<Block*>(p), code);
+      return q;
+    }
   }
   if (BRISK_UNLIKELY(g_debug_blocks_may_exist.load(std::memory_order_acquire))) {
     std::size_t old_size;

@@ -63,8 +63,7 @@ BRISK_NOINLINE void* alloc_refill(Heap* h, unsigned c, std::size_t size) {
         errno = ENOMEM;
         return nullptr;
       }
-      h->installed[c] = s;
-      if (s->free == nullptr) carve(s);
+      if (s->free == nullptr) carve(s);  // set_current below installs it
     }
   }
   if (current_span(h, c) != s) {  // a new span, or the one a debug switch took away

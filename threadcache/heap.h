@@ -3,8 +3,8 @@
 // malloc to the OS"): keep it there, in one place.
 #pragma once
 
-#include <cstddef>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 
 #include "core/assert.h"
