@@ -223,6 +223,22 @@ std::size_t chunk_purge_all() {
   return bytes;
 }
 
+std::size_t chunk_decay_all(bool* pending) {
+  std::size_t bytes = 0;
+  bool left = false;
+  // decay_aged is written only here, under the registry lock: one pass at a time.
+  LockGuard g(g_registry_lock);
+  for (Chunk* c = g_registry_head; c != nullptr; c = c->reg_next) {
+    std::uint64_t free_dirty = c->free_pages.load(std::memory_order_acquire) & c->dirty_pages.load(std::memory_order_relaxed);
+    std::uint64_t stale = free_dirty & c->decay_aged;
+    if (stale != 0) bytes += chunk_purge(c, stale);
+    c->decay_aged = free_dirty & ~stale;
+    left |= c->decay_aged != 0;
+  }
+  *pending = left;
+  return bytes;
+}
+
 Chunk* chunk_create(Heap* owner) {
   Chunk* c = nullptr;
   if (g_cache_nonempty.load(std::memory_order_relaxed) != 0) {

@@ -93,6 +93,7 @@ struct Chunk {
   Chunk* prev;
   bool abandoned;                           // on the abandoned list (under its lock)
   std::uint64_t aged;                       // free dirty pages at the page owner's last purge check
+  std::uint64_t decay_aged;                 // free dirty pages at the last chunk_decay_all pass
   Chunk* reg_next;                          // the registry of live chunks (chunk.cc)
   Chunk* reg_prev;
   Span* page_span[kPagesPerChunk];         // page -> its span; &spans[0] (never used): no span
@@ -137,6 +138,11 @@ std::size_t chunk_purge(Chunk* c, std::uint64_t only = ~std::uint64_t{0});
 // while their owners run, because chunk_purge claims what it decommits (see "Page state"); the
 // registry lock keeps each chunk mapped meanwhile. Returns bytes (brisk_trim).
 std::size_t chunk_purge_all();
+// The background thread's decay purge of every live chunk: purges the pages that were free and
+// dirty at the previous pass and still are (so a page is purged between one and two pass
+// intervals after it was freed, and a page reused in between is spared). Sound like
+// chunk_purge_all. Returns bytes purged; *pending: free dirty pages remain for the next pass.
+std::size_t chunk_decay_all(bool* pending);
 // Unmaps every chunk in the chunk cache. Returns bytes of address space unmapped.
 std::size_t chunk_cache_flush();
 

@@ -41,17 +41,19 @@ inline constexpr std::size_t kRegionMapEntries = std::size_t{1} << (kAddressBits
 // with one atomic operation when it holds kRemoteBatch blocks (or on collision or collect).
 inline constexpr unsigned kRemoteSlots = 8;
 inline constexpr unsigned kRemoteBatch = 64;
-// ... or when its blocks add up to this many bytes: a batch of medium blocks must not park
-// megabytes in a thread that happens to free them (without the bound, the realloc-chain stress
-// workload peaked at 423 MB RSS, against 48 MB under glibc).
+// ... or when its blocks add up to BRISK_REMOTE_BATCH_BYTES (a strategy lever; this is its
+// balanced value and a heap's value before it first reads the lever): a batch of medium blocks
+// must not park megabytes in a thread that happens to free them (without the bound, the
+// realloc-chain stress workload peaked at 423 MB RSS, against 48 MB under glibc).
 inline constexpr std::size_t kRemoteBatchBytes = 256 * 1024;
 
 // A thread keeps the current span of a class even when it empties, so alloc/free ping-pong
 // stays on the fast path. One-page spans are always kept (at most 56 of them); of the larger
-// ones (classes above 8 KiB, up to 512 KiB a span) only the kRetainedLargeSpans most recently
-// emptied, since empty spans kept are resident pages no purge reaches. It must exceed the
-// number of large classes a workload cycles through (MMtest's medium test cycles through 12),
-// or each pass releases and recreates their spans.
+// ones (classes above 8 KiB, up to 512 KiB a span) only the BRISK_RETAINED_SPANS most recently
+// emptied (a strategy lever, at most kRetainedLargeSpans), since empty spans kept are resident
+// pages no purge reaches. For speed it must exceed the number of large classes a workload
+// cycles through (MMtest's medium test cycles through 12), or each pass releases and recreates
+// their spans.
 inline constexpr unsigned kRetainedLargeSpans = 16;
 
 // Free-list links are stored XOR a secret per-block mask (core/free_key.h), and alloc_small

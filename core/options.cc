@@ -11,21 +11,29 @@ namespace {
 struct Option {
   Id id;  // the entry's own id: the table is checked against the enum, row by row
   const char* env;
-  std::int64_t default_value;
+  std::int64_t by_strategy[kStrategyCount];  // default under speed, balanced, low-memory
   std::int64_t min;
   std::int64_t max;
 };
 
+constexpr std::int64_t KiB = 1024, MiB = KiB * 1024, GiB = MiB * 1024;
+
+// The levers table of the README's "Strategy" section lists the rows whose defaults differ by
+// strategy; keep the two in step (tests/options_test.cc compares them with the README).
 constexpr Option kTable[] = {
-    {Id::kChunkCache, "BRISK_CHUNK_CACHE", 8, 0, 4096},
-    {Id::kLargeCacheBytes, "BRISK_LARGE_CACHE_BYTES", std::int64_t{4} << 30, 0, std::int64_t{1} << 44},
-    {Id::kLargeDirtyBytes, "BRISK_LARGE_DIRTY_BYTES", 64 << 20, 0, std::int64_t{1} << 44},
-    {Id::kPurgeBytes, "BRISK_PURGE_BYTES", 8 << 20, 0, std::int64_t{1} << 44},
-    {Id::kPurgeDelayMs, "BRISK_PURGE_DELAY_MS", 100, 0, 3600 * 1000},
-    {Id::kDebugQuarantine, "BRISK_DEBUG_QUARANTINE", 16 << 20, 0, std::int64_t{1} << 40},
-    {Id::kDebug, "BRISK_DEBUG", 0, 0, 1},
-    {Id::kDebugStackDepth, "BRISK_DEBUG_STACK_DEPTH", 8, 0, 64},
-    {Id::kDebugLeaks, "BRISK_DEBUG_LEAKS", 1, 0, 1},
+    {Id::kChunkCache, "BRISK_CHUNK_CACHE", {32, 8, 1}, 0, 4096},
+    {Id::kLargeCacheBytes, "BRISK_LARGE_CACHE_BYTES", {4 * GiB, 4 * GiB, 4 * GiB}, 0, std::int64_t{1} << 44},
+    {Id::kLargeDirtyBytes, "BRISK_LARGE_DIRTY_BYTES", {64 * MiB, 64 * MiB, 64 * MiB}, 0, std::int64_t{1} << 44},
+    {Id::kPurgeBytes, "BRISK_PURGE_BYTES", {32 * MiB, 8 * MiB, 1 * MiB}, 0, std::int64_t{1} << 44},
+    {Id::kPurgeDelayMs, "BRISK_PURGE_DELAY_MS", {2000, 100, 10}, 0, 3600 * 1000},
+    {Id::kDebugQuarantine, "BRISK_DEBUG_QUARANTINE", {16 * MiB, 16 * MiB, 16 * MiB}, 0, std::int64_t{1} << 40},
+    {Id::kDebug, "BRISK_DEBUG", {0, 0, 0}, 0, 1},
+    {Id::kDebugStackDepth, "BRISK_DEBUG_STACK_DEPTH", {8, 8, 8}, 0, 64},
+    {Id::kDebugLeaks, "BRISK_DEBUG_LEAKS", {1, 1, 1}, 0, 1},
+    {Id::kRetainedSpans, "BRISK_RETAINED_SPANS", {16, 16, 2}, 0, 16},
+    {Id::kRemoteBatchBytes, "BRISK_REMOTE_BATCH_BYTES", {1 * MiB, 256 * KiB, 64 * KiB}, 0, std::int64_t{1} << 30},
+    {Id::kBackground, "BRISK_BACKGROUND", {0, 1, 1}, 0, 1},
+    {Id::kIdleMs, "BRISK_IDLE_MS", {10000, 1000, 200}, 10, 3600 * 1000},
 };
 constexpr unsigned kOptionCount = static_cast<unsigned>(Id::kCount);
 static_assert(sizeof kTable / sizeof kTable[0] == kOptionCount, "one row per option id");
@@ -35,13 +43,30 @@ constexpr bool rows_in_id_order() {
   return true;
 }
 static_assert(rows_in_id_order(), "kTable's rows must be in Id order: get() indexes by id");
+constexpr bool minimums_not_negative() {
+  for (const Option& o : kTable)
+    if (o.min < 0) return false;
+  return true;
+}
+static_assert(minimums_not_negative(), "g_env stores value + kBias, which needs values >= 0");
 
-constexpr std::int64_t kUnread = INT64_MIN;
-// Every value starts unread (set by the first get() of a process, before any thread exists
-// or racing benignly: each reader computes the same value).
-std::atomic<std::int64_t> g_values[kOptionCount] = {kUnread, kUnread, kUnread, kUnread, kUnread,
-                                                   kUnread, kUnread, kUnread, kUnread};
-static_assert(kOptionCount == 9, "give a new option its kUnread initialiser above");
+// g_env[i]: 0 before the first get() of the process reads option i's variable (before any
+// thread exists, or racing benignly: each reader computes the same value), kUnsetStored if the
+// environment sets none, else its value + kBias (every value is >= 0: the table's minimums).
+constexpr std::int64_t kUnsetStored = 1;
+constexpr std::int64_t kBias = 2;
+constexpr std::int64_t kUnset = -1;  // env_value's "not set" (every real value is >= 0)
+constinit std::atomic<std::int64_t> g_env[kOptionCount] = {};
+
+constexpr int kStrategyUnread = -1;
+std::atomic<int> g_strategy{kStrategyUnread};
+std::atomic<std::uint32_t> g_epoch{0};
+
+void complain(const char* what, const char* name) {
+  platform::write_stderr(what, __builtin_strlen(what));
+  platform::write_stderr(name, __builtin_strlen(name));
+  platform::write_stderr("\n", 1);
+}
 
 // Parses a decimal number with an optional k/m/g suffix. Returns false on junk.
 bool parse(const char* s, std::int64_t* out) {
@@ -61,27 +86,56 @@ bool parse(const char* s, std::int64_t* out) {
   return true;
 }
 
-}  // namespace
-
-std::int64_t get(Id id) {
-  auto i = static_cast<unsigned>(id);
-  std::int64_t v = g_values[i].load(std::memory_order_relaxed);
-  if (v != kUnread) return v;
+// Option i's value from the environment, or kUnset.
+std::int64_t env_value(unsigned i) {
+  std::int64_t v = g_env[i].load(std::memory_order_relaxed);
+  if (v != 0) return v == kUnsetStored ? kUnset : v - kBias;
   const Option& o = kTable[i];
-  v = o.default_value;
+  v = kUnset;
   if (const char* s = platform::get_env(o.env)) {
     std::int64_t parsed;
     if (parse(s, &parsed) && parsed >= o.min && parsed <= o.max) {
       v = parsed;
     } else {
-      static const char kMsg[] = "brisk: ignoring an invalid value of ";
-      platform::write_stderr(kMsg, sizeof kMsg - 1);
-      platform::write_stderr(o.env, __builtin_strlen(o.env));
-      platform::write_stderr("\n", 1);
+      complain("brisk: ignoring an invalid value of ", o.env);
     }
   }
-  g_values[i].store(v, std::memory_order_relaxed);
+  g_env[i].store(v == kUnset ? kUnsetStored : v + kBias, std::memory_order_relaxed);
   return v;
 }
+
+bool same(const char* a, const char* b) { return __builtin_strcmp(a, b) == 0; }
+
+}  // namespace
+
+Strategy strategy() {
+  int s = g_strategy.load(std::memory_order_relaxed);
+  if (s != kStrategyUnread) return static_cast<Strategy>(s);
+  s = static_cast<int>(Strategy::kBalanced);
+  if (const char* e = platform::get_env("BRISK_STRATEGY")) {
+    if (same(e, "speed")) s = static_cast<int>(Strategy::kSpeed);
+    else if (same(e, "low-memory") || same(e, "low_memory")) s = static_cast<int>(Strategy::kLowMemory);
+    else if (!same(e, "balanced")) complain("brisk: ignoring an invalid value of ", "BRISK_STRATEGY");
+  }
+  int expected = kStrategyUnread;
+  // A brisk_set_strategy that ran meanwhile wins over the environment.
+  if (!g_strategy.compare_exchange_strong(expected, s, std::memory_order_relaxed)) return static_cast<Strategy>(expected);
+  return static_cast<Strategy>(s);
+}
+
+void set_strategy(Strategy s) {
+  g_strategy.store(static_cast<int>(s), std::memory_order_relaxed);
+  g_epoch.fetch_add(1, std::memory_order_relaxed);
+}
+
+std::uint32_t strategy_epoch() { return g_epoch.load(std::memory_order_relaxed); }
+
+std::int64_t get_for(Id id, Strategy s) {
+  auto i = static_cast<unsigned>(id);
+  std::int64_t v = env_value(i);
+  return v != kUnset ? v : kTable[i].by_strategy[static_cast<int>(s)];
+}
+
+std::int64_t get(Id id) { return get_for(id, strategy()); }
 
 }  // namespace brisk::options

@@ -1,6 +1,12 @@
 // Runtime options: tier 2 of brisk's configuration. One table (options.cc); each option has a
-// name, a type, a default and a BRISK_<NAME> environment variable, read once, lazily, on first
-// use (never before the environment exists). Documented in the README's "Configuration".
+// name, a type, a BRISK_<NAME> environment variable read once, lazily, on first use (never before
+// the environment exists), and a default per strategy. Documented in the README's
+// "Configuration" and "Strategy".
+//
+// The strategy (speed, balanced, low-memory) moves many levers at once: an option the user did
+// not set takes the value of the strategy in force at the moment it is read, so a switch reaches
+// every thread at its next slow path that reads the lever (a refill, a free batch, a purge
+// check). An option set in the environment keeps its value under every strategy.
 #pragma once
 
 #include <cstddef>
@@ -18,9 +24,26 @@ enum class Id : unsigned {
   kDebug,             // BRISK_DEBUG: 1 turns debug mode on at start-up
   kDebugStackDepth,   // BRISK_DEBUG_STACK_DEPTH: frames kept per allocation and free (0: none)
   kDebugLeaks,        // BRISK_DEBUG_LEAKS: 0 turns the leak report at exit off
+  kRetainedSpans,     // BRISK_RETAINED_SPANS: emptied multi-page spans a thread keeps as current
+  kRemoteBatchBytes,  // BRISK_REMOTE_BATCH_BYTES: a remote-free batch is sent at this many bytes
+  kBackground,        // BRISK_BACKGROUND: 1 runs the background thread that returns idle memory
+  kIdleMs,            // BRISK_IDLE_MS: a thread cache unused this long gives back what it keeps
   kCount
 };
 
 std::int64_t get(Id id);
+
+// The strategy: BRISK_STRATEGY=speed|balanced|low-memory at start, brisk_set_strategy later.
+// The values are brisk.h's BRISK_STRATEGY_* constants.
+enum class Strategy : int { kSpeed = 0, kBalanced = 1, kLowMemory = 2 };
+inline constexpr int kStrategyCount = 3;
+Strategy strategy();
+void set_strategy(Strategy s);
+// Bumped by every set_strategy: a slow path that caches lever values compares it.
+std::uint32_t strategy_epoch();
+
+// The value `id` would have under strategy s (the environment's, if set): for the README's
+// table test and brisk-stress's report.
+std::int64_t get_for(Id id, Strategy s);
 
 }  // namespace brisk::options

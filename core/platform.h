@@ -34,8 +34,15 @@ bool remap_to(void* old_p, std::size_t old_size, void* target, std::size_t new_s
 // Bytes of [p, p+size) currently resident (mincore), counted in windows on the stack.
 std::size_t resident_bytes(void* p, std::size_t size);
 
-// A coarse monotonic clock in milliseconds (vDSO, no system call): for purge decay only.
+// A coarse monotonic clock in milliseconds (vDSO, no system call): for purge decay and the
+// background thread only. A test may replace it (set_clock_for_test; nullptr restores it).
 std::uint64_t now_ms();
+void set_clock_for_test(std::uint64_t (*clock)());
+// Runs fn(arg) on a new detached thread with every signal blocked (so the process's signals
+// go to its own threads). False if the thread could not be created.
+bool start_thread(void* (*fn)(void*), void* arg);
+void name_this_thread(const char* name);  // as top and ps -L show it
+void sleep_ms(std::uint64_t ms);
 
 // getenv without malloc: scans the process environment. nullptr if unset.
 const char* get_env(const char* name);

@@ -3,6 +3,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -14,6 +16,7 @@
 
 #include "core/assert.h"
 #include "core/config.h"
+#include "core/hints.h"
 #include "core/stats.h"
 
 extern char** environ;
@@ -95,7 +98,37 @@ std::size_t resident_bytes(void* p, std::size_t size) {
   return resident * kOsPageSize;
 }
 
+namespace {
+std::atomic<std::uint64_t (*)()> g_test_clock{nullptr};
+}  // namespace
+
+void set_clock_for_test(std::uint64_t (*clock)()) { g_test_clock.store(clock, std::memory_order_release); }
+
+void name_this_thread(const char* name) { pthread_setname_np(pthread_self(), name); }
+
+bool start_thread(void* (*fn)(void*), void* arg) {
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);  // the new thread inherits the mask
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attr, 64 * 1024);
+  pthread_t t;
+  bool ok = pthread_create(&t, &attr, fn, arg) == 0;
+  pthread_attr_destroy(&attr);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  return ok;
+}
+
+void sleep_ms(std::uint64_t ms) {
+  timespec ts{static_cast<time_t>(ms / 1000), static_cast<long>(ms % 1000) * 1000000};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
 std::uint64_t now_ms() {
+  if (auto clock = g_test_clock.load(std::memory_order_acquire); BRISK_UNLIKELY(clock != nullptr)) return clock();
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
   return static_cast<std::uint64_t>(ts.tv_sec) * 1000 + static_cast<std::uint64_t>(ts.tv_nsec) / 1000000;

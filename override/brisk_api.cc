@@ -3,14 +3,18 @@
 // library, the non-replacing brisk_core included.
 #include <brisk/brisk.h>
 
+#include <errno.h>
+
 #include <atomic>
 
 #include "core/config.h"
+#include "core/options.h"
 #include "core/stats.h"
 #include "debug/block.h"
 #include "debug/mode.h"
 #include "debug/report.h"
 #include "override/entry.h"
+#include "threadcache/background.h"
 
 using namespace brisk;
 
@@ -28,6 +32,23 @@ BRISK_EXPORT size_t brisk_usable_size(const void* p) { return usable_size_impl(p
 
 BRISK_EXPORT void brisk_thread_collect(void) { thread_collect(); }
 BRISK_EXPORT size_t brisk_trim(void) { return process_trim(); }
+
+BRISK_EXPORT int brisk_set_strategy(brisk_strategy strategy) {
+  int s = static_cast<int>(strategy);
+  if (s < 0 || s >= options::kStrategyCount) {
+    errno = EINVAL;
+    return -1;
+  }
+  options::set_strategy(static_cast<options::Strategy>(s));
+  background_maybe_start();  // if the new strategy wants it, and the process is multithreaded
+  return 0;
+}
+BRISK_EXPORT brisk_strategy brisk_get_strategy(void) {
+  return static_cast<brisk_strategy>(options::strategy());
+}
+static_assert(BRISK_STRATEGY_SPEED == static_cast<int>(options::Strategy::kSpeed) &&
+              BRISK_STRATEGY_BALANCED == static_cast<int>(options::Strategy::kBalanced) &&
+              BRISK_STRATEGY_LOW_MEMORY == static_cast<int>(options::Strategy::kLowMemory));
 
 BRISK_EXPORT void brisk_get_stats(brisk_stats* out) {
   if (out == nullptr) return;

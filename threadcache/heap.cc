@@ -43,6 +43,7 @@ BRISK_NOINLINE void* alloc_refill(Heap* h, unsigned c, std::size_t size) {
     if (p == nullptr) errno = ENOMEM;
     return p;
   }
+  heap_refresh_levers(h);
   if (!h->incoming.empty()) heap_drain_incoming(h);
   if (!g_orphan_heap.incoming.empty()) drain_orphans();
   Span* s = h->installed[c];
@@ -141,6 +142,11 @@ BRISK_NOINLINE void free_slow(void* p) {
     return;
   }
   outgoing_add(h, owner, b, s->block_size);
+}
+
+void heap_refresh_levers_slow(Heap* h) {
+  h->lever_epoch = options::strategy_epoch();
+  h->batch_bytes = static_cast<std::size_t>(options::get(options::Id::kRemoteBatchBytes));
 }
 
 std::size_t heap_collect(Heap* h) {

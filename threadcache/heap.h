@@ -12,6 +12,7 @@
 #include "core/config.h"
 #include "core/free_key.h"
 #include "core/hints.h"
+#include "core/options.h"
 #include "core/size_class.h"
 #include "core/span.h"
 #include "threadcache/remote_queue.h"
@@ -63,6 +64,10 @@ class alignas(BRISK_CACHELINE) Heap {
   std::uint8_t retained_count = 0;
   std::uint8_t retained_next = 0;
   std::uint64_t aged_at_ms = 0;          // when the chunks' `aged` sets were taken
+  // Strategy levers this heap caches for its per-free paths, read again when the strategy
+  // epoch moves (heap_refresh_levers): a switch reaches the heap at its next refill or batch.
+  std::size_t batch_bytes = kRemoteBatchBytes;
+  std::uint32_t lever_epoch = ~std::uint32_t{0};
   Heap* pool_next = nullptr;
   Heap* all_next = nullptr;  // every heap ever made, for the debug switch (never unlinked)
   std::uint32_t id = 0;
@@ -186,6 +191,11 @@ void* alloc_with_borrowed_heap(Alloc alloc) {
   return p;
 }
 std::size_t heap_collect(Heap* h);     // brisk_thread_collect; returns bytes given back to the OS
+// Re-reads the strategy's levers into h if the strategy changed since h last read them.
+void heap_refresh_levers_slow(Heap* h);
+inline void heap_refresh_levers(Heap* h) {
+  if (BRISK_UNLIKELY(h->lever_epoch != options::strategy_epoch())) heap_refresh_levers_slow(h);
+}
 
 // The thread cache's slow entry points for the layers above (threadcache/thread_cache.cc).
 // A medium block from the calling thread's heap, whatever state the thread is in (no heap yet,

@@ -24,6 +24,7 @@
 #include "core/platform_fork.h"
 #include "core/stats.h"
 #include "threadcache/heap.h"
+#include "threadcache/background.h"
 #include "threadcache/debug_switch.h"
 #include "threadcache/orphans.h"
 #include "threadcache/remote_free.h"
@@ -93,6 +94,7 @@ void heap_reset(Heap* h) {
   for (auto& o : h->outgoing) o = OutgoingBatch{};
   h->released_since_purge = 0;
   h->aged_at_ms = 0;
+  h->lever_epoch = ~std::uint32_t{0};
   for (auto& r : h->retained) r = false;
   h->retained_count = 0;
   h->retained_next = 0;
@@ -173,6 +175,7 @@ void atfork_prepare() {
   f.stdio_locked = platform::stdio_list_lock();
   g_debug_lock.lock();
   g_pool_lock.lock();
+  background_locks_acquire();
   central_locks_acquire();
   chunk_locks_acquire();
   large_locks_acquire();
@@ -183,6 +186,7 @@ void atfork_parent() {
     large_locks_release();
     chunk_locks_release();
     central_locks_release();
+    background_locks_release();
     g_pool_lock.unlock();
     g_debug_lock.unlock();
     if (f.stdio_locked) platform::stdio_list_unlock();
@@ -196,12 +200,14 @@ void atfork_child() {
     large_locks_reset_in_child();
     chunk_locks_reset_in_child();
     central_locks_reset_in_child();
+    background_locks_reset_in_child();
     g_pool_lock.reset_after_fork();
     g_debug_lock.reset_after_fork();
     if (f.stdio_locked) platform::stdio_list_reset_in_child();
   }
   f.locked = f.stdio_locked = false;
   stats::g.heaps_live.store(heap_is_attached(t_heap) ? 1 : 0, std::memory_order_relaxed);
+  background_reset_in_child();
   platform::restore_signals(&f.saved_mask);
 }
 
@@ -251,6 +257,9 @@ Heap* heap_for_this_thread() {
   t_heap = h;  // before pthread_setspecific, which may itself call calloc
   stats::add(stats::g.heaps_live, 1);
   if (g_init_state.load(std::memory_order_acquire) == 2) pthread_setspecific(g_thread_key, h);
+  // A second thread allocating: the process is multithreaded now, and may want the background
+  // thread (which needs a heap of its own no more than any pthread_create does).
+  background_maybe_start();
   return h;
 }
 

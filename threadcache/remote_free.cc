@@ -34,7 +34,14 @@ void outgoing_add(Heap* h, Heap* dest, Block* b, std::size_t size) {
   o.head = b;
   if (o.tail == nullptr) o.tail = b;
   o.bytes += size;
-  if (++o.count >= kRemoteBatch || o.bytes >= kRemoteBatchBytes) flush_batch(o);
+  if (++o.count >= kRemoteBatch || o.bytes >= h->batch_bytes) {
+    flush_batch(o);
+    heap_refresh_levers(h);
+    // A thread that frees other threads' blocks without allocating (a consumer, or two workers
+    // freeing each other's blocks) never reaches alloc_refill, which drains the queue; what
+    // others freed into its spans would wait there, resident, until it allocated again.
+    if (!h->incoming.empty()) heap_drain_incoming(h);
+  }
 }
 
 void heap_flush_outgoing(Heap* h) {

@@ -152,25 +152,36 @@ void heap_release_span(Heap* h, Span* s) {
 
 namespace {
 
-// Keeps an emptied multi-page current span of class c. Past kRetainedLargeSpans classes, the
-// class kept longest ago gives its current span back if that is still empty. A class is kept
-// at most once, so alloc/free ping-pong over up to kRetainedLargeSpans classes never releases
-// and recreates a span.
+// Gives back the current span of class c if it is empty.
+void release_if_empty(Heap* h, unsigned c) {
+  Span* s = h->installed[c];
+  if (s != &g_empty_span && s->used == 0) {
+    set_current(h, c, &g_empty_span);
+    heap_release_span(h, s);
+  }
+}
+
+// Keeps an emptied multi-page current span of class c, in a FIFO of at most BRISK_RETAINED_SPANS
+// classes (a strategy lever, at most kRetainedLargeSpans): past it, the class kept longest ago
+// gives its current span back if that is still empty. A class is kept at most once, so
+// alloc/free ping-pong over up to that many classes never releases and recreates a span.
 void retain_empty_span(Heap* h, unsigned c) {
   if (h->retained[c]) return;
+  auto limit = static_cast<unsigned>(options::get(options::Id::kRetainedSpans));
+  while (h->retained_count != 0 && h->retained_count >= limit) {
+    unsigned oldest = (h->retained_next + kRetainedLargeSpans - h->retained_count) % kRetainedLargeSpans;
+    unsigned old = h->retained_classes[oldest];
+    --h->retained_count;
+    h->retained[old] = false;
+    release_if_empty(h, old);
+  }
+  if (limit == 0) {
+    release_if_empty(h, c);
+    return;
+  }
   unsigned slot = h->retained_next;
   h->retained_next = static_cast<std::uint8_t>((slot + 1) % kRetainedLargeSpans);
-  if (h->retained_count == kRetainedLargeSpans) {
-    unsigned old = h->retained_classes[slot];
-    h->retained[old] = false;
-    Span* s = h->installed[old];
-    if (s != &g_empty_span && s->used == 0) {
-      set_current(h, old, &g_empty_span);
-      heap_release_span(h, s);
-    }
-  } else {
-    ++h->retained_count;
-  }
+  ++h->retained_count;
   h->retained_classes[slot] = static_cast<std::uint8_t>(c);
   h->retained[c] = true;
 }

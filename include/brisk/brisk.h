@@ -50,6 +50,20 @@ void brisk_thread_collect(void);
  * threads allocate and free. malloc_trim calls it when brisk replaces malloc. */
 size_t brisk_trim(void);
 
+/* The speed-versus-memory strategy (the README's "Strategy" section has the table of what each
+ * moves). Balanced is the default; BRISK_STRATEGY=speed|balanced|low-memory sets it at start.
+ * brisk_set_strategy may be called at any time from any thread: each thread follows at its next
+ * refill, free batch or purge check, without stopping. A lever set in the environment
+ * (BRISK_PURGE_DELAY_MS=...) keeps its value under every strategy. Returns 0, or -1 with
+ * errno = EINVAL for a value that is not one of the three. */
+typedef enum brisk_strategy {
+  BRISK_STRATEGY_SPEED = 0,      /* keeps memory for reuse: fewer page faults and system calls */
+  BRISK_STRATEGY_BALANCED = 1,   /* returns memory unused for a short while; the default */
+  BRISK_STRATEGY_LOW_MEMORY = 2  /* returns memory as soon as it is free, keeps small caches */
+} brisk_strategy;
+int brisk_set_strategy(brisk_strategy strategy);
+brisk_strategy brisk_get_strategy(void);
+
 /* Process-wide counters, for tests, the stress suite and operators. Approximate while other
  * threads run; exact when the process is quiescent. */
 typedef struct brisk_stats {

@@ -1,4 +1,5 @@
-// brisk C++ API: brisk::allocator<T>, a standard-conforming allocator over brisk_malloc.
+// brisk C++ API: brisk::allocator<T>, a standard-conforming allocator over brisk_malloc; the
+// strategy switch; and debug_scope, which keeps debug mode on for its lifetime.
 #ifndef BRISK_BRISK_HPP
 #define BRISK_BRISK_HPP
 
@@ -39,6 +40,23 @@ class allocator {
   friend constexpr bool operator==(const allocator&, const allocator<U>&) noexcept {
     return true;
   }
+};
+
+enum class strategy : int {
+  speed = BRISK_STRATEGY_SPEED,
+  balanced = BRISK_STRATEGY_BALANCED,
+  low_memory = BRISK_STRATEGY_LOW_MEMORY,
+};
+inline void set_strategy(strategy s) noexcept { brisk_set_strategy(static_cast<brisk_strategy>(s)); }
+inline strategy get_strategy() noexcept { return static_cast<strategy>(brisk_get_strategy()); }
+
+// Debug mode on from construction to destruction (brisk_debug_enter/exit: scopes nest).
+class debug_scope {
+ public:
+  debug_scope() noexcept { brisk_debug_enter(); }
+  ~debug_scope() { brisk_debug_exit(); }
+  debug_scope(const debug_scope&) = delete;
+  debug_scope& operator=(const debug_scope&) = delete;
 };
 
 }  // namespace brisk

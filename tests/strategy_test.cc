@@ -1,0 +1,170 @@
+// The strategy switch and its levers (core/options.h, brisk_set_strategy): values per strategy,
+// the environment's precedence, bad input, switching under load, and the README's levers table
+// matching the code.
+#include <brisk/brisk.h>
+#include <errno.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/options.h"
+
+namespace {
+
+using brisk::options::Id;
+using brisk::options::Strategy;
+
+struct RestoreStrategy {
+  brisk_strategy saved = brisk_get_strategy();
+  ~RestoreStrategy() { brisk_set_strategy(saved); }
+};
+
+TEST(Strategy, BalancedIsTheDefault) { EXPECT_EQ(brisk_get_strategy(), BRISK_STRATEGY_BALANCED); }
+
+TEST(Strategy, SetAndGetEachValue) {
+  RestoreStrategy restore;
+  for (brisk_strategy s : {BRISK_STRATEGY_SPEED, BRISK_STRATEGY_LOW_MEMORY, BRISK_STRATEGY_BALANCED}) {
+    ASSERT_EQ(brisk_set_strategy(s), 0);
+    EXPECT_EQ(brisk_get_strategy(), s);
+  }
+}
+
+TEST(Strategy, AnUnknownValueIsRefusedWithEinvalAndChangesNothing) {
+  RestoreStrategy restore;
+  ASSERT_EQ(brisk_set_strategy(BRISK_STRATEGY_LOW_MEMORY), 0);
+  errno = 0;
+  EXPECT_EQ(brisk_set_strategy(static_cast<brisk_strategy>(3)), -1);
+  EXPECT_EQ(errno, EINVAL);
+  errno = 0;
+  EXPECT_EQ(brisk_set_strategy(static_cast<brisk_strategy>(-1)), -1);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(brisk_get_strategy(), BRISK_STRATEGY_LOW_MEMORY);
+}
+
+TEST(Strategy, LeversFollowTheStrategyInForce) {
+  RestoreStrategy restore;
+  brisk_set_strategy(BRISK_STRATEGY_SPEED);
+  std::int64_t speed_delay = brisk::options::get(Id::kPurgeDelayMs);
+  std::int64_t speed_spans = brisk::options::get(Id::kRetainedSpans);
+  brisk_set_strategy(BRISK_STRATEGY_LOW_MEMORY);
+  std::int64_t low_delay = brisk::options::get(Id::kPurgeDelayMs);
+  std::int64_t low_spans = brisk::options::get(Id::kRetainedSpans);
+  EXPECT_GT(speed_delay, low_delay);
+  EXPECT_GT(speed_spans, low_spans);
+  EXPECT_EQ(low_delay, brisk::options::get_for(Id::kPurgeDelayMs, Strategy::kLowMemory));
+}
+
+TEST(Strategy, SwitchingIsCountedSoHeapsRereadTheirLevers) {
+  RestoreStrategy restore;
+  std::uint32_t before = brisk::options::strategy_epoch();
+  brisk_set_strategy(BRISK_STRATEGY_SPEED);
+  EXPECT_NE(brisk::options::strategy_epoch(), before);
+}
+
+// BRISK_CHUNK_CACHE=5 is set for this test's process by CMake (strategy_env_test): an option
+// set in the environment keeps its value under every strategy.
+TEST(StrategyEnv, AnOptionSetInTheEnvironmentWinsOverEveryStrategy) {
+  if (getenv("BRISK_CHUNK_CACHE") == nullptr) GTEST_SKIP() << "run by strategy_env_test";
+  RestoreStrategy restore;
+  for (brisk_strategy s : {BRISK_STRATEGY_SPEED, BRISK_STRATEGY_BALANCED, BRISK_STRATEGY_LOW_MEMORY}) {
+    brisk_set_strategy(s);
+    EXPECT_EQ(brisk::options::get(Id::kChunkCache), 5);
+  }
+  // ... and BRISK_STRATEGY=low-memory chose the starting strategy.
+  EXPECT_EQ(restore.saved, BRISK_STRATEGY_LOW_MEMORY);
+}
+
+// Blocks allocated and freed across threads while another thread switches strategy every
+// few hundred microseconds: every block keeps its contents, nothing is lost.
+TEST(Strategy, SwitchingUnderCrossThreadTrafficLosesNothing) {
+  RestoreStrategy restore;
+  constexpr int kRounds = 400;
+  std::atomic<bool> done{false};
+  std::thread switcher([&] {
+    int i = 0;
+    while (!done.load()) {
+      brisk_set_strategy(static_cast<brisk_strategy>(i++ % 3));
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  });
+  std::vector<std::vector<unsigned char*>> handoff(kRounds);
+  std::thread producer([&] {
+    for (int r = 0; r < kRounds; ++r) {
+      for (int k = 0; k < 64; ++k) {
+        std::size_t n = 16 + (r * 64 + k) % 3000;
+        auto* p = static_cast<unsigned char*>(brisk_malloc(n));
+        ASSERT_NE(p, nullptr);
+        for (std::size_t j = 0; j < n; ++j) p[j] = static_cast<unsigned char>(n + j);
+        handoff[r].push_back(p);
+      }
+    }
+  });
+  producer.join();
+  std::thread consumer([&] {
+    for (int r = 0; r < kRounds; ++r) {
+      for (int k = 0; k < 64; ++k) {
+        std::size_t n = 16 + (r * 64 + k) % 3000;
+        unsigned char* p = handoff[r][k];
+        for (std::size_t j = 0; j < n; ++j) ASSERT_EQ(p[j], static_cast<unsigned char>(n + j));
+        brisk_free(p);
+      }
+    }
+  });
+  consumer.join();
+  done = true;
+  switcher.join();
+}
+
+// The README's "Strategy" levers table, row by row: | `BRISK_X` | speed | balanced | low-memory | ...
+// with values as numbers with an optional k/m/g suffix ("off"/"on" for 0/1).
+std::int64_t ParseValue(std::string v) {
+  if (v == "off") return 0;
+  if (v == "on") return 1;
+  std::int64_t n = std::stoll(v);
+  char suffix = v.empty() ? 0 : v.back();
+  if (suffix == 'k' || suffix == 'K') n <<= 10;
+  if (suffix == 'm' || suffix == 'M') n <<= 20;
+  if (suffix == 'g' || suffix == 'G') n <<= 30;
+  return n;
+}
+
+TEST(Strategy, TheReadmeLeversTableMatchesTheCode) {
+  std::ifstream readme(BRISK_README_PATH);
+  ASSERT_TRUE(readme) << BRISK_README_PATH;
+  const std::map<std::string, Id> ids = {
+      {"BRISK_CHUNK_CACHE", Id::kChunkCache},         {"BRISK_LARGE_CACHE_BYTES", Id::kLargeCacheBytes},
+      {"BRISK_LARGE_DIRTY_BYTES", Id::kLargeDirtyBytes}, {"BRISK_PURGE_BYTES", Id::kPurgeBytes},
+      {"BRISK_PURGE_DELAY_MS", Id::kPurgeDelayMs},    {"BRISK_RETAINED_SPANS", Id::kRetainedSpans},
+      {"BRISK_REMOTE_BATCH_BYTES", Id::kRemoteBatchBytes}, {"BRISK_BACKGROUND", Id::kBackground},
+      {"BRISK_IDLE_MS", Id::kIdleMs},
+  };
+  std::string line;
+  bool in_section = false;
+  int rows = 0;
+  while (std::getline(readme, line)) {
+    if (line.rfind("## ", 0) == 0) in_section = line == "## Strategy";
+    if (!in_section || line.rfind("| `BRISK_", 0) != 0) continue;
+    std::vector<std::string> cells;
+    std::stringstream ss(line.substr(1));
+    for (std::string c; std::getline(ss, c, '|');) {
+      auto b = c.find_first_not_of(" `"), e = c.find_last_not_of(" `");
+      cells.push_back(b == std::string::npos ? "" : c.substr(b, e - b + 1));
+    }
+    ASSERT_GE(cells.size(), 4u) << line;
+    auto it = ids.find(cells[0]);
+    if (it == ids.end()) continue;  // a lever of another table's kind
+    for (int s = 0; s < 3; ++s)
+      EXPECT_EQ(ParseValue(cells[1 + s]), brisk::options::get_for(it->second, static_cast<Strategy>(s)))
+          << cells[0] << " under strategy " << s;
+    ++rows;
+  }
+  EXPECT_EQ(rows, static_cast<int>(ids.size())) << "every lever has a row in README's Strategy section";
+}
+
+}  // namespace

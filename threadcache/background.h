@@ -1,0 +1,29 @@
+// The background thread: returns memory that no running thread would give back (README,
+// "Strategy": "Memory comes back without the program's help").
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace brisk {
+
+// Starts the background thread if the BRISK_BACKGROUND lever is on and the process has a
+// second thread (a single-threaded program stays single-threaded: unshare, and fork's
+// single-threaded shortcuts, keep working). Called when a heap is created and when the
+// strategy changes; cheap once the thread runs.
+void background_maybe_start();
+// The child of fork has no background thread; the next heap it creates starts one.
+void background_reset_in_child();
+// Fork support: the pass lock, taken after the heap pool's and before the central pools'.
+void background_locks_acquire();
+void background_locks_release();
+void background_locks_reset_in_child();
+
+// One pass of the background thread's work at time now (milliseconds, platform::now_ms), for
+// the thread's loop and for tests with a fake clock. Returns the milliseconds to sleep before
+// the next pass.
+std::uint64_t background_pass(std::uint64_t now);
+// Bytes the background passes have returned to the OS so far.
+std::size_t background_bytes_returned();
+
+}  // namespace brisk
