@@ -36,7 +36,8 @@ const std::vector<Workload>& workloads() {
       {"realloc", run_realloc_chains, "buffers grow 8 B -> 1 MiB across threads", false, true},
       {"cache-thrash", run_cache_thrash, "threads write their own small objects: false sharing?", false, true},
       {"cache-scratch", run_cache_scratch, "the same after freeing objects main allocated side by side", false, true},
-      {"brisk", run_brisk_api, "brisk only: strategy switch, debug enter/leave", false, false},
+      {"brisk", run_brisk_api, "brisk only: debug enter/leave and strategy switches under traffic", false, false},
+      {"strategy", run_brisk_strategy, "brisk only: strategy switched every 2 ms, trims, under traffic", false, false},
   };
   return all;
 }

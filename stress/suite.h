@@ -125,6 +125,7 @@ void run_realloc_chains(Context&);
 void run_cache_thrash(Context&);
 void run_cache_scratch(Context&);
 void run_brisk_api(Context&);
+void run_brisk_strategy(Context&);
 // prodcons's traffic without a table row (the brisk workload runs it while it switches debug
 // mode): the operation count; a damaged block fails the run.
 std::uint64_t prodcons_traffic(Context& ctx, int producers, int consumers, std::uint64_t per_producer);

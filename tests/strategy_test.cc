@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/options.h"
+#include "tests/test_util.h"
 
 namespace {
 
@@ -84,7 +85,7 @@ TEST(StrategyEnv, AnOptionSetInTheEnvironmentWinsOverEveryStrategy) {
 // few hundred microseconds: every block keeps its contents, nothing is lost.
 TEST(Strategy, SwitchingUnderCrossThreadTrafficLosesNothing) {
   RestoreStrategy restore;
-  constexpr int kRounds = 400;
+  constexpr int kRounds = 400 / brisk_test::kScale;
   std::atomic<bool> done{false};
   std::thread switcher([&] {
     int i = 0;
@@ -100,7 +101,7 @@ TEST(Strategy, SwitchingUnderCrossThreadTrafficLosesNothing) {
         std::size_t n = 16 + (r * 64 + k) % 3000;
         auto* p = static_cast<unsigned char*>(brisk_malloc(n));
         ASSERT_NE(p, nullptr);
-        for (std::size_t j = 0; j < n; ++j) p[j] = static_cast<unsigned char>(n + j);
+        brisk_test::Fill(p, n, n);
         handoff[r].push_back(p);
       }
     }
@@ -111,7 +112,7 @@ TEST(Strategy, SwitchingUnderCrossThreadTrafficLosesNothing) {
       for (int k = 0; k < 64; ++k) {
         std::size_t n = 16 + (r * 64 + k) % 3000;
         unsigned char* p = handoff[r][k];
-        for (std::size_t j = 0; j < n; ++j) ASSERT_EQ(p[j], static_cast<unsigned char>(n + j));
+        ASSERT_EQ(brisk_test::FirstMismatch(p, n, n), SIZE_MAX);
         brisk_free(p);
       }
     }

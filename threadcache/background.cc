@@ -6,6 +6,14 @@
 // thread uses (claim before decommit, the central pools' locks), so it never touches a span a
 // thread holds: heaps' current spans and free lists stay their owners' alone.
 //
+// And the frees other threads queued to an idle heap (one whose owner ran no slow path since
+// the previous pass): a thread blocked for good (a pool thread waiting for work) never drains
+// its queue, and the spans of those blocks would stay resident for ever. The background thread
+// takes the queue under the heap's slow lock and gives back each span all of whose blocks it
+// holds: then no block of it is live (`used` counts live and queued blocks alike), it is not
+// installed, so neither of the owner's fast paths can touch it, and its owner's slow paths wait
+// on the lock. Blocks of spans that still hold a live block go back to the queue.
+//
 // When a pass finds nothing left to age, the thread backs off, doubling its sleep up to
 // BRISK_IDLE_MS, so an idle process wakes it a few times a second at most; while memory is
 // being freed it passes every purge delay (at least kMinSleepMs).
@@ -20,6 +28,8 @@
 #include "core/stats.h"
 #include "threadcache/heap.h"
 #include "threadcache/orphans.h"
+#include "threadcache/remote_free.h"
+#include "threadcache/span_pages.h"
 
 namespace brisk {
 namespace {
@@ -34,6 +44,31 @@ std::atomic<std::size_t> g_bytes_returned{0};
 SpinLock g_pass_lock;
 std::uint64_t g_last_decay_ms = 0;
 std::uint64_t g_backoff_ms = kMinSleepMs;
+
+// Spans seen in one reclaim, with the queued blocks counted for each: an open-addressed table,
+// under g_pass_lock (zero-filled .bss, touched only when a reclaim runs). A span that does not
+// fit is left for a later pass: each pass walks the whole queue, so the table is made large
+// enough (16 Ki spans: 1 GiB of 64 KiB spans) that a big queue is not walked many times.
+constexpr unsigned kSpanSlots = 16384;
+struct SpanCount {
+  Span* span;
+  std::uint32_t count;  // its blocks in the chain; kReleased once given back
+};
+SpanCount g_span_table[kSpanSlots];
+constexpr std::uint32_t kReleased = ~std::uint32_t{0};
+
+SpanCount* find_slot(SpanCount* table, Span* s, bool insert) {
+  auto i = static_cast<unsigned>((reinterpret_cast<std::uintptr_t>(s) >> 6) * 0x9e3779b1u) % kSpanSlots;
+  for (unsigned probes = 0; probes < kSpanSlots / 2; ++probes, i = (i + 1) % kSpanSlots) {
+    if (table[i].span == s) return &table[i];
+    if (table[i].span == nullptr) {
+      if (!insert) return nullptr;
+      table[i] = SpanCount{s, 0};
+      return &table[i];
+    }
+  }
+  return nullptr;
+}
 
 void* background_main(void*) {
   platform::name_this_thread("brisk-bg");
@@ -63,12 +98,82 @@ void background_locks_reset_in_child() { g_pass_lock.reset_after_fork(); }
 
 std::size_t background_bytes_returned() { return g_bytes_returned.load(std::memory_order_relaxed); }
 
+namespace {
+
+// reclaim_queued_frees, g_pass_lock held (the span table is its).
+std::size_t reclaim_locked(Heap* h) {
+  if (h->incoming.empty() || !h->slow_lock.try_lock()) return 0;
+  std::size_t bytes = 0;
+  if (h->serving) {
+    SpanCount* table = g_span_table;
+    __builtin_memset(static_cast<void*>(table), 0, sizeof g_span_table);
+    Block* chain = h->incoming.take_all();
+    // 1. Count the chain's blocks per span of h (spans past the table's room are left alone).
+    for (Block* b = chain; b != nullptr; b = chain_next(b)) {
+      auto a = reinterpret_cast<std::uintptr_t>(b);
+      Span* s = chunk_of(a)->span_of(a);
+      if (s->owner.load(std::memory_order_acquire) != h) continue;
+      if (SpanCount* e = find_slot(table, s, true)) ++e->count;
+    }
+    // 2. A span all of whose blocks are in the chain has no live block. Acquire: the owner's
+    // last free into it (a release store of used) happens before its pages change hands.
+    for (unsigned i = 0; i < kSpanSlots; ++i) {
+      SpanCount& e = table[i];
+      Span* s = e.span;
+      if (s == nullptr) continue;
+      // An installed span is the owner's to allocate from without the lock (and to count in
+      // `used` without an atomic): never touched here, not even read.
+      if (s->kind == SpanKind::kSmall && h->installed[s->size_class] == s) continue;
+      if (std::atomic_ref<std::uint32_t>(s->used).load(std::memory_order_acquire) == e.count) e.count = kReleased;
+    }
+    // 3. The other blocks go back to the queue, in one push, before any page is given away:
+    // a released span's blocks are not touched again.
+    Block* keep_head = nullptr;
+    Block* keep_tail = nullptr;
+    for (Block* b = chain; b != nullptr;) {
+      Block* next = chain_next(b);
+      auto a = reinterpret_cast<std::uintptr_t>(b);
+      SpanCount* e = find_slot(table, chunk_of(a)->span_of(a), false);
+      if (e == nullptr || e->count != kReleased) {
+        set_link(b, keep_head);
+        keep_head = b;
+        if (keep_tail == nullptr) keep_tail = b;
+      }
+      b = next;
+    }
+    if (keep_head != nullptr) send_chain(h, keep_head, keep_tail);
+    // 4. Give the spans back, as the owner would when their last block came home.
+    for (unsigned i = 0; i < kSpanSlots; ++i) {
+      SpanCount& e = table[i];
+      if (e.span == nullptr || e.count != kReleased) continue;
+      Span* s = e.span;
+      std::atomic_ref<std::uint32_t>(s->used).store(0, std::memory_order_relaxed);
+      bytes += std::size_t{s->page_count} << kPageShift;
+      heap_release_span(h, s);
+    }
+  }
+  h->slow_lock.unlock();
+  return bytes;
+}
+
+}  // namespace
+
+std::size_t reclaim_queued_frees(Heap* h) {
+  LockGuard pass(g_pass_lock);
+  return reclaim_locked(h);
+}
+
 std::uint64_t background_pass(std::uint64_t now) {
   LockGuard g(g_pass_lock);
   auto delay = static_cast<std::uint64_t>(options::get(options::Id::kPurgeDelayMs));
   auto idle = static_cast<std::uint64_t>(options::get(options::Id::kIdleMs));
   std::size_t bytes = 0;
   if (!g_orphan_heap.incoming.empty()) drain_orphans();
+  for (Heap* h = heap_list_first(); h != nullptr; h = h->all_next) {
+    std::uint32_t entries = h->slow_entries.load(std::memory_order_relaxed);
+    if (entries == h->idle_seen_entries) bytes += reclaim_locked(h);  // idle since the last pass
+    h->idle_seen_entries = entries;
+  }
   chunk_destroy_empty_abandoned();
   bool pending = true;
   if (now - g_last_decay_ms >= delay) {

@@ -7,6 +7,8 @@
 
 namespace brisk {
 
+class Heap;
+
 // Starts the background thread if the BRISK_BACKGROUND lever is on and the process has a
 // second thread (a single-threaded program stays single-threaded: unshare, and fork's
 // single-threaded shortcuts, keep working). Called when a heap is created and when the
@@ -23,6 +25,10 @@ void background_locks_reset_in_child();
 // the thread's loop and for tests with a fake clock. Returns the milliseconds to sleep before
 // the next pass.
 std::uint64_t background_pass(std::uint64_t now);
+// Takes the blocks queued to heap h by other threads, if h's owner is not in a slow path, and
+// gives back the spans they leave without a live block; the others go back to h's queue.
+// Returns the bytes of spans released. (Part of each pass, for idle heaps; a test may call it.)
+std::size_t reclaim_queued_frees(Heap* h);
 // Bytes the background passes have returned to the OS so far.
 std::size_t background_bytes_returned();
 

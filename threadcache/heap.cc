@@ -43,6 +43,7 @@ BRISK_NOINLINE void* alloc_refill(Heap* h, unsigned c, std::size_t size) {
     if (p == nullptr) errno = ENOMEM;
     return p;
   }
+  HeapSlowLock lock(h);
   heap_refresh_levers(h);
   if (!h->incoming.empty()) heap_drain_incoming(h);
   if (!g_orphan_heap.incoming.empty()) drain_orphans();
@@ -150,6 +151,7 @@ void heap_refresh_levers_slow(Heap* h) {
 }
 
 std::size_t heap_collect(Heap* h) {
+  HeapSlowLock lock(h);
   heap_flush_outgoing(h);
   heap_drain_incoming(h);
   drain_orphans();

@@ -12,6 +12,7 @@
 #include "core/config.h"
 #include "core/free_key.h"
 #include "core/hints.h"
+#include "core/lock.h"
 #include "core/options.h"
 #include "core/size_class.h"
 #include "core/span.h"
@@ -68,6 +69,15 @@ class alignas(BRISK_CACHELINE) Heap {
   // epoch moves (heap_refresh_levers): a switch reaches the heap at its next refill or batch.
   std::size_t batch_bytes = kRemoteBatchBytes;
   std::uint32_t lever_epoch = ~std::uint32_t{0};
+  // The slow paths' lock (HeapSlowLock): the owner holds it while it changes its span lists,
+  // its installed spans or a span's state outside the fast paths; the background thread takes
+  // it to reclaim the queued frees of an idle heap (background.cc). Never on a fast path, and
+  // uncontended unless the background thread is at work on this heap.
+  SpinLock slow_lock;
+  std::uint32_t slow_depth = 0;                // owner only: nesting of HeapSlowLock
+  std::atomic<std::uint32_t> slow_entries{0};  // outermost HeapSlowLocks so far (owner writes)
+  bool serving = false;                        // under slow_lock: attached to a thread or borrowed
+  std::uint32_t idle_seen_entries = 0;         // the background thread's: slow_entries at its last look
   Heap* pool_next = nullptr;
   Heap* all_next = nullptr;  // every heap ever made, for the debug switch (never unlinked)
   std::uint32_t id = 0;
@@ -104,7 +114,26 @@ void free_local_adjust(Heap* h, Span* s);
 inline Span* current_span(Heap* h, unsigned c) {
   return std::atomic_ref<Span*>(h->current[c]).load(std::memory_order_relaxed);
 }
-// The owner installs s as class c's span (or g_empty_span).
+// Holds h's slow_lock for a scope; nests (the owner's slow paths call one another).
+class HeapSlowLock {
+ public:
+  explicit HeapSlowLock(Heap* h) : h_(h) {
+    if (h_->slow_depth++ == 0) {
+      h_->slow_lock.lock();
+      h_->slow_entries.store(h_->slow_entries.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    }
+  }
+  ~HeapSlowLock() {
+    if (--h_->slow_depth == 0) h_->slow_lock.unlock();
+  }
+  HeapSlowLock(const HeapSlowLock&) = delete;
+  HeapSlowLock& operator=(const HeapSlowLock&) = delete;
+
+ private:
+  Heap* h_;
+};
+
+// The owner installs s as class c's span (or g_empty_span), holding h's slow lock.
 inline void set_current(Heap* h, unsigned c, Span* s) {
   h->installed[c] = s;
   std::atomic_ref<Span*>(h->current[c]).store(s, std::memory_order_relaxed);
@@ -140,7 +169,13 @@ BRISK_ALWAYS_INLINE void free_to_own_span(Heap* h, Span* s, Block* b, FreeCode c
   set_link(b, old, code.link_mask);
   b->key = code.key;
   s->free = b;
-  if (BRISK_UNLIKELY(--s->used == 0 || old == nullptr)) free_local_adjust(h, s);
+  // A release store: the background thread may read `used` of a span that is not installed
+  // (background.cc) and give its pages away when every block is free; the pages' next user
+  // must see this block's writes. On x86-64 it is the plain store it would be anyway.
+  std::atomic_ref<std::uint32_t> used(s->used);
+  std::uint32_t left = used.load(std::memory_order_relaxed) - 1;
+  used.store(left, std::memory_order_release);
+  if (BRISK_UNLIKELY(left == 0 || old == nullptr)) free_local_adjust(h, s);
 }
 
 // The span of a when a is the start of a carved block in a span h owns (a is in a brisk chunk,
@@ -182,6 +217,8 @@ inline bool heap_is_attached(const Heap* h) { return h != &g_sentinel_heap && h 
 // heap_give_back detaches it again, as at thread exit: the block's span becomes an orphan.
 Heap* heap_borrow();
 void heap_give_back(Heap* h);
+// Every heap ever made, through all_next (heaps are never unlinked nor unmapped).
+Heap* heap_list_first();
 template <class Alloc>
 void* alloc_with_borrowed_heap(Alloc alloc) {
   Heap* h = heap_borrow();

@@ -87,6 +87,7 @@ void heap_pool_push(Heap* h) {
 }
 
 void heap_reset(Heap* h) {
+  HeapSlowLock lock(h);
   for (unsigned c = 0; c < kNumClasses; ++c) set_current(h, c, &g_empty_span);
   for (auto& l : h->available) l = SpanList{};
   h->all_spans = nullptr;
@@ -100,9 +101,12 @@ void heap_reset(Heap* h) {
   h->retained_next = 0;
   h->pool_next = nullptr;
   h->incoming.reopen();
+  h->serving = true;
 }
 
 void heap_detach(Heap* h) {
+  HeapSlowLock lock(h);
+  h->serving = false;
   heap_flush_outgoing(h);
   // From here on, pushes to h fail and go to the orphan queue.
   Block* b = h->incoming.close();
@@ -231,6 +235,8 @@ void process_init() {
   if (t_in_init) return;  // a libc call inside initialisation came back to malloc
   while (g_init_state.load(std::memory_order_acquire) != 2) sched_yield();
 }
+
+Heap* heap_list_first() { return g_all_heaps.load(std::memory_order_acquire); }
 
 void debug_point_heaps_at_empty_span() {
   for (Heap* h = g_all_heaps.load(std::memory_order_acquire); h != nullptr; h = h->all_next)

@@ -24,6 +24,7 @@ void set_medium_geometry(Span* s, unsigned pages) {
 
 void* alloc_medium(Heap* h, std::size_t size, bool zero) {
   unsigned pages = static_cast<unsigned>((size + kPageSize - 1) >> kPageShift);
+  HeapSlowLock lock(h);
   if (!h->incoming.empty()) heap_drain_incoming(h);
   bool zeroed = false;
   Span* s = span_create(h, pages, &zeroed);

@@ -30,6 +30,7 @@ bool adopt_orphan_span(Heap* h, Span* s) {
     s->owner.store(h, std::memory_order_release);
     stats::add(stats::g.spans_orphaned, -1);
   }
+  HeapSlowLock lock(h);
   heap_link_span(h, s);
   if (s->kind == SpanKind::kSmall && s->has_room()) h->available[s->size_class].push(s);
   return true;

@@ -40,7 +40,10 @@ void outgoing_add(Heap* h, Heap* dest, Block* b, std::size_t size) {
     // A thread that frees other threads' blocks without allocating (a consumer, or two workers
     // freeing each other's blocks) never reaches alloc_refill, which drains the queue; what
     // others freed into its spans would wait there, resident, until it allocated again.
-    if (!h->incoming.empty()) heap_drain_incoming(h);
+    if (!h->incoming.empty()) {
+      HeapSlowLock lock(h);
+      heap_drain_incoming(h);
+    }
   }
 }
 

@@ -189,16 +189,26 @@ void retain_empty_span(Heap* h, unsigned c) {
 }  // namespace
 
 void free_local_adjust(Heap* h, Span* s) {
-  if (s->used == 0) {
+  if (std::atomic_ref<std::uint32_t>(s->used).load(std::memory_order_relaxed) == 0) {
+    // No block of s is queued to h either (used counts them), so the background thread leaves
+    // s alone: its fields can be read before taking the lock.
     // Keep the class's current span even when empty: alloc/free ping-pong stays on the fast path.
     if (s->kind == SpanKind::kSmall && h->installed[s->size_class] == s) {
-      if (s->page_count > 1) retain_empty_span(h, s->size_class);
+      if (s->page_count > 1 && !h->retained[s->size_class]) {
+        HeapSlowLock lock(h);
+        retain_empty_span(h, s->size_class);
+      }
       return;
     }
+    HeapSlowLock lock(h);
     heap_release_span(h, s);
     return;
   }
-  // The span was full and has a free block again.
+  // The span was full and has a free block again. Its other blocks may all sit in h's queue,
+  // and the background thread may have taken them and released s between this free's store
+  // of `used` and here: only s's owner, read under the lock, says whether s is still h's.
+  HeapSlowLock lock(h);
+  if (s->owner.load(std::memory_order_relaxed) != h) return;
   if (s->kind == SpanKind::kSmall && !s->listed && h->installed[s->size_class] != s)
     h->available[s->size_class].push(s);
 }

@@ -1,0 +1,216 @@
+// The background thread's work, one pass at a time, with a fake clock: the decay purge of every
+// chunk (abandoned ones too), and the reclaim of frees queued to a thread that stays idle. The
+// test process runs with BRISK_BACKGROUND=0 (no thread of brisk's own), BRISK_PURGE_BYTES=1g
+// (no purge by the threads themselves) and BRISK_PURGE_DELAY_MS=100 (tests/CMakeLists.txt), so
+// only the passes the test makes return memory.
+#include <brisk/brisk.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <latch>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/platform.h"
+#include "tests/test_util.h"
+#include "threadcache/background.h"
+#include "threadcache/heap.h"
+
+using namespace brisk_test;
+
+namespace {
+
+std::atomic<std::uint64_t> g_fake_now{1'000'000};
+std::uint64_t FakeClock() { return g_fake_now.load(); }
+
+class Background : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_STREQ(getenv("BRISK_BACKGROUND"), "0") << "run through ctest (background_test)";
+    brisk::platform::set_clock_for_test(FakeClock);
+  }
+  void TearDown() override { brisk::platform::set_clock_for_test(nullptr); }
+  // Passes as the thread would make them, the fake clock moving by step ms between them.
+  static std::size_t Passes(int n, std::uint64_t step) {
+    std::size_t before = brisk::background_bytes_returned();
+    for (int i = 0; i < n; ++i) {
+      g_fake_now += step;
+      brisk::background_pass(g_fake_now.load());
+    }
+    return brisk::background_bytes_returned() - before;
+  }
+};
+
+// Blocks of 32 KiB (multi-page spans), every one but one per chunk freed: no chunk empties,
+// so only purging free pages can give the memory back.
+std::vector<void*> AllocateAndKeepOnePerChunk(std::size_t bytes, std::uint64_t seed) {
+  std::vector<void*> blocks;
+  for (std::size_t n = 0; n < bytes; n += 32 * 1024) {
+    void* p = brisk_malloc(32 * 1024);
+    Fill(p, 32 * 1024, seed + n);
+    blocks.push_back(p);
+  }
+  std::vector<void*> kept;
+  for (size_t i : KeepOneBlockPerChunk(blocks, brisk_free)) kept.push_back(blocks[i]);
+  return kept;
+}
+
+TEST_F(Background, FreePagesArePurgedOnlyAfterTheDelayHasPassedTwice) {
+  Passes(3, 1000);  // age away whatever earlier tests left
+  std::vector<void*> kept = AllocateAndKeepOnePerChunk(std::size_t{48} << 20, 1);
+  std::size_t resident = ResidentBytes();
+  // First pass: the freed pages are seen free and dirty; none is purged yet.
+  EXPECT_EQ(Passes(1, 1000), 0u);
+  // A pass before the delay is over does not age them.
+  EXPECT_EQ(Passes(1, 10), 0u);
+  // Free and dirty at two passes a delay apart: purged.
+  std::size_t purged = Passes(1, 100);
+  EXPECT_GE(purged, std::size_t{40} << 20);
+#ifndef BRISK_TEST_SANITIZED
+  EXPECT_LT(ResidentBytes(), resident - (std::size_t{32} << 20));
+#endif
+  for (void* p : kept) brisk_free(p);
+}
+
+TEST_F(Background, PagesReusedBetweenPassesStayResident) {
+  Passes(3, 1000);
+  void* p = brisk_malloc(1 << 20);  // a medium block: its own pages
+  brisk_free(p);
+  EXPECT_EQ(Passes(1, 1000), 0u);  // seen free and dirty
+  void* q = brisk_malloc(1 << 20);  // reused in between: the same pages, claimed again
+  std::memset(q, 7, 1 << 20);
+  Passes(1, 1000);
+  EXPECT_EQ(static_cast<unsigned char*>(q)[12345], 7);  // still resident with its contents
+  brisk_free(q);
+}
+
+TEST_F(Background, FreePagesOfExitedThreadsChunksAreReturned) {
+  Passes(3, 1000);
+  constexpr int kThreads = 8;
+  std::vector<void*> kept;
+  std::mutex m;
+  std::latch all_allocated(kThreads);  // at once, so no thread adopts another's chunks
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<void*> blocks;
+      for (std::size_t n = 0; n < (std::size_t{8} << 20); n += 32 * 1024) blocks.push_back(brisk_malloc(32 * 1024));
+      all_allocated.arrive_and_wait();
+      std::lock_guard<std::mutex> lock(m);
+      for (size_t i : KeepOneBlockPerChunk(blocks, brisk_free)) kept.push_back(blocks[i]);
+    });
+  }
+  for (auto& t : threads) t.join();  // their chunks are abandoned: no heap purges them
+  EXPECT_GE(Passes(2, 1000), std::size_t{40} << 20);
+  for (void* p : kept) brisk_free(p);
+}
+
+// A worker allocates blocks, another thread frees them all (remote frees, queued to the
+// worker), and the worker stays alive without allocating again: only the background pass can
+// give those spans back.
+TEST_F(Background, FreesQueuedToAnIdleThreadAreReclaimed) {
+  Passes(3, 1000);
+  constexpr std::size_t kBytes = std::size_t{32} << 20;
+  std::mutex m;
+  std::condition_variable cv;
+  bool allocated = false, stop = false;
+  std::vector<void*> blocks;
+  std::thread worker([&] {
+    for (std::size_t n = 0; n < kBytes; n += 1024) {
+      void* p = brisk_malloc(1024);
+      std::memset(p, 1, 1024);
+      blocks.push_back(p);
+    }
+    std::unique_lock<std::mutex> lock(m);
+    allocated = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return stop; });  // idle, alive
+  });
+  {
+    std::unique_lock<std::mutex> lock(m);
+    cv.wait(lock, [&] { return allocated; });
+  }
+  std::thread([&] {
+    for (void* p : blocks) brisk_free(p);
+    brisk_thread_collect();  // its last partial batches go out too
+  }).join();
+  std::size_t resident = ResidentBytes();
+  // One pass notices the worker idle, the next reclaims its queue, two more purge the pages.
+  Passes(4, 1000);
+#ifndef BRISK_TEST_SANITIZED
+  EXPECT_LT(ResidentBytes(), resident - kBytes * 3 / 4);
+#endif
+  // The worker's heap has no span of those blocks left: a new allocation of the same size
+  // still works, and its memory is fresh.
+  {
+    std::lock_guard<std::mutex> lock(m);
+    stop = true;
+  }
+  cv.notify_all();
+  worker.join();
+}
+
+// Reclaims racing with an owner that allocates and frees locally while another thread frees
+// its blocks remotely: every live block keeps its contents (run under TSan too).
+TEST_F(Background, ReclaimRacingWithTheOwnerLosesNothing) {
+  constexpr int kRounds = 300 / kScale;
+  std::atomic<bool> done{false};
+  std::mutex m;
+  std::vector<std::vector<void*>> handoff;
+  std::condition_variable cv;
+  std::thread passer([&] {
+    while (!done.load()) {
+      g_fake_now += 200;
+      brisk::background_pass(g_fake_now.load());
+      std::this_thread::yield();
+    }
+  });
+  std::thread consumer([&] {
+    for (int r = 0; r < kRounds; ++r) {
+      std::vector<void*> batch;
+      {
+        std::unique_lock<std::mutex> lock(m);
+        cv.wait(lock, [&] { return !handoff.empty(); });
+        batch = std::move(handoff.back());
+        handoff.pop_back();
+      }
+      for (void* p : batch) {
+        ASSERT_EQ(FirstMismatch(p, 256, reinterpret_cast<std::uintptr_t>(p)), SIZE_MAX);
+        brisk_free(p);
+      }
+    }
+  });
+  std::vector<void*> local;
+  for (int r = 0; r < kRounds; ++r) {
+    std::vector<void*> batch;
+    for (int k = 0; k < 200; ++k) {
+      void* p = brisk_malloc(256);
+      Fill(p, 256, reinterpret_cast<std::uintptr_t>(p));
+      (k % 3 == 0 ? local : batch).push_back(p);
+    }
+    {
+      std::lock_guard<std::mutex> lock(m);
+      handoff.push_back(std::move(batch));
+    }
+    cv.notify_one();
+    if (r % 4 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // look idle
+    while (local.size() > 100) {
+      void* p = local.back();
+      local.pop_back();
+      ASSERT_EQ(FirstMismatch(p, 256, reinterpret_cast<std::uintptr_t>(p)), SIZE_MAX);
+      brisk_free(p);
+    }
+  }
+  consumer.join();
+  done = true;
+  passer.join();
+  for (void* p : local) {
+    ASSERT_EQ(FirstMismatch(p, 256, reinterpret_cast<std::uintptr_t>(p)), SIZE_MAX);
+    brisk_free(p);
+  }
+}
+
+}  // namespace
