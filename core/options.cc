@@ -26,6 +26,7 @@ constexpr Option kTable[] = {
     {Id::kDebug, "BRISK_DEBUG", 0, 0, 1},
     {Id::kDebugStackDepth, "BRISK_DEBUG_STACK_DEPTH", 8, 0, 64},
     {Id::kDebugLeaks, "BRISK_DEBUG_LEAKS", 1, 0, 1},
+    {Id::kStats, "BRISK_STATS", 0, 0, 2},
 };
 constexpr unsigned kOptionCount = static_cast<unsigned>(Id::kCount);
 static_assert(sizeof kTable / sizeof kTable[0] == kOptionCount, "one row per option id");
@@ -40,8 +41,8 @@ constexpr std::int64_t kUnread = INT64_MIN;
 // Every value starts unread (set by the first get() of a process, before any thread exists
 // or racing benignly: each reader computes the same value).
 std::atomic<std::int64_t> g_values[kOptionCount] = {kUnread, kUnread, kUnread, kUnread, kUnread,
-                                                   kUnread, kUnread, kUnread, kUnread};
-static_assert(kOptionCount == 9, "give a new option its kUnread initialiser above");
+                                                   kUnread, kUnread, kUnread, kUnread, kUnread};
+static_assert(kOptionCount == 10, "give a new option its kUnread initialiser above");
 
 // Parses a decimal number with an optional k/m/g suffix. Returns false on junk.
 bool parse(const char* s, std::int64_t* out) {

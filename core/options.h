@@ -18,6 +18,7 @@ enum class Id : unsigned {
   kDebug,             // BRISK_DEBUG: 1 turns debug mode on at start-up
   kDebugStackDepth,   // BRISK_DEBUG_STACK_DEPTH: frames kept per allocation and free (0: none)
   kDebugLeaks,        // BRISK_DEBUG_LEAKS: 0 turns the leak report at exit off
+  kStats,             // BRISK_STATS: 1 prints brisk_print_stats' table to stderr at exit, 2 its JSON
   kCount
 };
 

@@ -37,6 +37,12 @@ std::size_t resident_bytes(void* p, std::size_t size);
 // A coarse monotonic clock in milliseconds (vDSO, no system call): for purge decay only.
 std::uint64_t now_ms();
 
+// The calling thread's OS id (gettid).
+std::uint64_t current_thread_id();
+// The process's resident memory (the second field of /proc/self/statm, in bytes), read
+// without malloc; 0 if it cannot be read.
+std::size_t process_resident_bytes();
+
 // getenv without malloc: scans the process environment. nullptr if unset.
 const char* get_env(const char* name);
 void write_stderr(const char* text, std::size_t length);

@@ -18,7 +18,8 @@
 
 namespace brisk {
 
-// Blocks freed by this thread, waiting to go to one other heap.
+// Blocks freed by this thread, waiting to go to one other heap. count and bytes are written as
+// relaxed atomics (store_shared) by the owner: the statistics read them from any thread.
 struct OutgoingBatch {
   Heap* dest = nullptr;
   Block* head = nullptr;
@@ -66,6 +67,13 @@ class alignas(BRISK_CACHELINE) Heap {
   Heap* pool_next = nullptr;
   Heap* all_next = nullptr;  // every heap ever made, for the debug switch (never unlinked)
   std::uint32_t id = 0;
+
+  // Statistics, read from any thread (heap_stats.cc); written on slow paths only, by the owner
+  // (stats::add_single_writer) or, for thread_id, by attach and exit. Reset when the heap is
+  // given to a new thread. Blocks in the outgoing batches are not yet counted as sent.
+  std::atomic<std::uint64_t> remote_frees_sent{0};      // blocks freed into other heaps' spans, sent
+  std::atomic<std::uint64_t> remote_frees_received{0};  // blocks of ours others freed, taken from our queue
+  std::atomic<std::uint64_t> thread_id{0};              // the attached thread's OS id; 0: none
 };
 
 extern Span g_empty_span;
@@ -76,6 +84,8 @@ extern Heap g_orphan_heap;    // owner of spans whose thread exited; its queue i
 // heap to the thread again (heap_borrow).
 extern Heap g_exited_heap;
 extern __thread Heap* t_heap __attribute__((tls_model("initial-exec")));
+// Every heap ever made, newest first, linked through all_next (heaps are never unlinked).
+Heap* all_heaps();
 
 struct LargeHeader;
 
@@ -122,7 +132,7 @@ BRISK_ALWAYS_INLINE void* alloc_small(Heap* h, unsigned c, std::size_t size) {
   constexpr std::uintptr_t kForeignBits = ~kChunkMask | (kMinAlign - 1);
   if (kEncodeFreeLinks && BRISK_UNLIKELY(((next ^ a) & kForeignBits) != 0) && next != 0) free_list_damaged(b);
   s->free = reinterpret_cast<Block*>(next);
-  s->used++;
+  span_used_increment(s);
   b->key = 0;  // a live block never carries the free key
   return b;
 }
@@ -135,7 +145,10 @@ BRISK_ALWAYS_INLINE void free_to_own_span(Heap* h, Span* s, Block* b, FreeCode c
   set_link(b, old, code.link_mask);
   b->key = code.key;
   s->free = b;
-  if (BRISK_UNLIKELY(--s->used == 0 || old == nullptr)) free_local_adjust(h, s);
+  // Two tests rather than one `||`: GCC then branches on the decrement's own flags instead of
+  // saving them with a sete (two more instructions).
+  if (BRISK_UNLIKELY(span_used_decrement(s))) return free_local_adjust(h, s);
+  if (BRISK_UNLIKELY(old == nullptr)) free_local_adjust(h, s);
 }
 
 // The span of a when a is the start of a carved block in a span h owns (a is in a brisk chunk,
