@@ -239,6 +239,11 @@ std::size_t chunk_decay_all(bool* pending) {
   return bytes;
 }
 
+void chunk_for_each_live(void (*visit)(Chunk* c, void* context), void* context) {
+  LockGuard g(g_registry_lock);
+  for (Chunk* c = g_registry_head; c != nullptr; c = c->reg_next) visit(c, context);
+}
+
 Chunk* chunk_create(Heap* owner) {
   Chunk* c = nullptr;
   if (g_cache_nonempty.load(std::memory_order_relaxed) != 0) {

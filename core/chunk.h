@@ -145,6 +145,10 @@ std::size_t chunk_purge_all();
 std::size_t chunk_decay_all(bool* pending);
 // Unmaps every chunk in the chunk cache. Returns bytes of address space unmapped.
 std::size_t chunk_cache_flush();
+// Calls visit(c, context) for every live chunk (not the cached ones), under the registry lock,
+// which keeps each mapped meanwhile: visit must take no lock, and read what the pages' owners
+// change only through atomics (the bitmaps, and span fields through load_shared). Statistics.
+void chunk_for_each_live(void (*visit)(Chunk* c, void* context), void* context);
 
 // A new chunk, owned by `owner`, from the chunk cache or the OS. nullptr when out of memory.
 Chunk* chunk_create(Heap* owner);

@@ -132,6 +132,7 @@ void* finish(char* base, std::size_t map_size, std::size_t offset, std::size_t m
   auto a = reinterpret_cast<std::uintptr_t>(p);
   region_set(a, region_large_code(a & kChunkMask));
   stats::add(stats::g.large_live_blocks, 1);
+  stats::add(stats::g.large_bytes_in_use, static_cast<std::int64_t>(map_size - offset));
   return p;
 }
 
@@ -188,6 +189,7 @@ void large_free(void* p, LargeHeader* h) {
   h->check = 0;  // a second free of p now fails validation
   region_set(reinterpret_cast<std::uintptr_t>(p), kRegionNone);
   stats::add(stats::g.large_live_blocks, -1);
+  stats::add(stats::g.large_bytes_in_use, -static_cast<std::int64_t>(large_usable_size(p, h)));
   if (cacheable && cache_put(base, size)) return;
   platform::unmap(base, size);
   stats::add(stats::g.large_bytes_mapped, -static_cast<std::int64_t>(size));
@@ -206,12 +208,14 @@ void* large_realloc(void* p, LargeHeader* h, std::size_t new_size) {
     if (need <= old / 2 && platform::remap_in_place(base, old, need)) {
       h->map_size = need;
       stats::add(stats::g.large_bytes_mapped, -static_cast<std::int64_t>(old - need));
+      stats::add(stats::g.large_bytes_in_use, -static_cast<std::int64_t>(old - need));
     }
     return p;
   }
   if (platform::remap_in_place(base, old, need)) {
     h->map_size = need;
     stats::add(stats::g.large_bytes_mapped, static_cast<std::int64_t>(need - old));
+    stats::add(stats::g.large_bytes_in_use, static_cast<std::int64_t>(need - old));
     return p;
   }
   // Move the pages (not the bytes) to a fresh aligned reservation: mremap with MREMAP_FIXED
@@ -236,6 +240,7 @@ void* large_realloc(void* p, LargeHeader* h, std::size_t new_size) {
   nh->map_size = need;
   region_set(reinterpret_cast<std::uintptr_t>(np), code);  // target is aligned as base was
   stats::add(stats::g.large_bytes_mapped, static_cast<std::int64_t>(need - old));
+  stats::add(stats::g.large_bytes_in_use, static_cast<std::int64_t>(need - old));
   return np;
 }
 
@@ -250,6 +255,11 @@ std::size_t large_cache_flush() {
     bytes += e.size;
   }
   return bytes;
+}
+
+std::size_t large_cache_resident_bytes() {
+  LockGuard g(g_lock);
+  return g_dirty_bytes;
 }
 
 void large_locks_acquire() { g_lock.lock(); }

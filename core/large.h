@@ -37,6 +37,8 @@ extern std::atomic<void (*)(void* old_p)> g_large_moved_test_hook;
 
 // Returns every cached mapping to the OS. Returns bytes unmapped.
 std::size_t large_cache_flush();
+// Bytes of the cached mappings that were resident when they were cached (mincore then).
+std::size_t large_cache_resident_bytes();
 void large_locks_acquire();
 void large_locks_release();
 void large_locks_reset_in_child();

@@ -19,7 +19,7 @@ struct Option {
 constexpr std::int64_t KiB = 1024, MiB = KiB * 1024, GiB = MiB * 1024;
 
 // The levers table of the README's "Strategy" section lists the rows whose defaults differ by
-// strategy; keep the two in step (tests/options_test.cc compares them with the README).
+// strategy; keep the two in step (tests/strategy_test.cc compares them with the README).
 constexpr Option kTable[] = {
     {Id::kChunkCache, "BRISK_CHUNK_CACHE", {32, 8, 1}, 0, 4096},
     {Id::kLargeCacheBytes, "BRISK_LARGE_CACHE_BYTES", {4 * GiB, 4 * GiB, 4 * GiB}, 0, std::int64_t{1} << 44},
@@ -34,6 +34,7 @@ constexpr Option kTable[] = {
     {Id::kRemoteBatchBytes, "BRISK_REMOTE_BATCH_BYTES", {1 * MiB, 256 * KiB, 64 * KiB}, 0, std::int64_t{1} << 30},
     {Id::kBackground, "BRISK_BACKGROUND", {0, 1, 1}, 0, 1},
     {Id::kIdleMs, "BRISK_IDLE_MS", {10000, 1000, 200}, 10, 3600 * 1000},
+    {Id::kStats, "BRISK_STATS", {0, 0, 0}, 0, 2},
 };
 constexpr unsigned kOptionCount = static_cast<unsigned>(Id::kCount);
 static_assert(sizeof kTable / sizeof kTable[0] == kOptionCount, "one row per option id");

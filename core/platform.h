@@ -44,6 +44,12 @@ bool start_thread(void* (*fn)(void*), void* arg);
 void name_this_thread(const char* name);  // as top and ps -L show it
 void sleep_ms(std::uint64_t ms);
 
+// The calling thread's OS id (gettid).
+std::uint64_t current_thread_id();
+// The process's resident memory (the second field of /proc/self/statm, in bytes), read
+// without malloc; 0 if it cannot be read.
+std::size_t process_resident_bytes();
+
 // getenv without malloc: scans the process environment. nullptr if unset.
 const char* get_env(const char* name);
 void write_stderr(const char* text, std::size_t length);

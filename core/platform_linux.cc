@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -142,6 +143,30 @@ bool remap_in_place(void* p, std::size_t old_size, std::size_t new_size) {
 bool remap_to(void* old_p, std::size_t old_size, void* target, std::size_t new_size) {
   void* r = mremap(old_p, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, target);
   return r != MAP_FAILED;
+}
+
+std::uint64_t current_thread_id() { return static_cast<std::uint64_t>(syscall(SYS_gettid)); }
+
+std::size_t process_resident_bytes() {
+  int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char text[128];
+  ssize_t n;
+  do {
+    n = read(fd, text, sizeof text - 1);
+  } while (n < 0 && errno == EINTR);
+  close(fd);
+  if (n <= 0) return 0;
+  text[n] = '\0';
+  // "size resident shared text lib data dt", in pages.
+  const char* p = text;
+  while (*p >= '0' && *p <= '9') ++p;
+  if (*p != ' ') return 0;
+  ++p;
+  std::size_t pages = 0;
+  if (*p < '0' || *p > '9') return 0;
+  for (; *p >= '0' && *p <= '9'; ++p) pages = pages * 10 + static_cast<std::size_t>(*p - '0');
+  return pages * static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
 }
 
 const char* get_env(const char* name) {

@@ -7,7 +7,11 @@
 //   - or the orphan owner (a span of an exited thread, or surplus), held in the central pool of
 //     its class; then only a holder of that class's central lock touches it.
 // Other threads read only the immutable geometry (start, block_size, span_bytes, reciprocal)
-// and the atomic owner, to route a free to the right owner.
+// and the atomic owner, to route a free to the right owner; and the statistics reader
+// (threadcache/heap_stats.cc) reads kind, size_class, page_count, used and carved_bytes of any
+// span. Those five are therefore written only as relaxed atomics (store_shared, and
+// span_used_increment / span_used_decrement on the fast paths) and read across threads only
+// with load_shared; their owner may read them plainly.
 #pragma once
 
 #include <atomic>
@@ -15,6 +19,7 @@
 #include <cstdint>
 
 #include "core/assert.h"
+#include "core/hints.h"
 
 namespace brisk {
 
@@ -59,6 +64,45 @@ struct Span {
     return index * block_size == offset;
   }
 };
+
+// A relaxed atomic store / load of a field that other threads read (see Ownership above).
+template <class T>
+BRISK_ALWAYS_INLINE void store_shared(T& field, T value) {
+  std::atomic_ref<T>(field).store(value, std::memory_order_relaxed);
+}
+template <class T>
+BRISK_ALWAYS_INLINE T load_shared(const T& field) {
+  return std::atomic_ref<T>(const_cast<T&>(field)).load(std::memory_order_relaxed);
+}
+
+// The fast paths' changes of `used`, by its one writer (the owner; for an orphan span the
+// holder of its central pool's lock), as relaxed atomic stores. GCC 12 compiles a relaxed
+// atomic_ref load + add + store to three instructions where the plain `s->used++` is one
+// `addl $1, mem`: two more in malloc and in free. On x86-64 the one instruction is itself a
+// relaxed atomic store for readers (an aligned 32-bit write is never torn, and a single writer
+// needs no lock prefix), so it is written by hand there; a TSan build takes the atomic_ref form,
+// which TSan can see and check.
+// The decrement (a free) is a release store: the background thread reads `used` with acquire
+// order before it gives away the pages of a span whose blocks are all free (threadcache/
+// background.cc), and their next user must see the freeing thread's writes. On x86-64 every
+// store is a release store for the hardware; the "memory" clobber keeps the compiler from
+// moving the free's earlier stores below it.
+#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
+BRISK_ALWAYS_INLINE void span_used_increment(Span* s) { asm("addl $1, %0" : "+m"(s->used)); }
+// Returns whether used reached 0.
+BRISK_ALWAYS_INLINE bool span_used_decrement(Span* s) {
+  bool zero;
+  asm volatile("subl $1, %0" : "+m"(s->used), "=@ccz"(zero) : : "memory");
+  return zero;
+}
+#else
+BRISK_ALWAYS_INLINE void span_used_increment(Span* s) { store_shared(s->used, s->used + 1); }
+BRISK_ALWAYS_INLINE bool span_used_decrement(Span* s) {
+  std::uint32_t n = s->used - 1;
+  std::atomic_ref<std::uint32_t>(s->used).store(n, std::memory_order_release);
+  return n == 0;
+}
+#endif
 
 // Intrusive doubly-linked list of spans through prev/next.
 struct SpanList {

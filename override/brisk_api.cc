@@ -9,12 +9,15 @@
 
 #include "core/config.h"
 #include "core/options.h"
+#include "core/large.h"
+#include "core/platform.h"
 #include "core/stats.h"
 #include "debug/block.h"
 #include "debug/mode.h"
 #include "debug/report.h"
 #include "override/entry.h"
 #include "threadcache/background.h"
+#include "threadcache/heap_stats.h"
 
 using namespace brisk;
 
@@ -66,6 +69,73 @@ BRISK_EXPORT void brisk_get_stats(brisk_stats* out) {
   out->heaps_total = rd(g.heaps_total);
   out->spans_orphaned = rd(g.spans_orphaned);
   out->chunk_bytes_cached = rd(g.chunks_cached) * kChunkSize;
+
+  SpanTotals t;
+  gather_span_totals(&t);
+  out->small_bytes_in_use = t.small_bytes_in_use;
+  out->medium_bytes_in_use = t.medium_bytes_in_use;
+  out->large_bytes_in_use = rd(g.large_bytes_in_use);
+  out->small_live_blocks = t.small_live_blocks;
+  out->medium_live_blocks = t.medium_live_blocks;
+  out->remote_queued_bytes = t.remote_queued_bytes;
+  uint64_t handed_out = t.small_bytes_in_use + t.medium_bytes_in_use + out->large_bytes_in_use;
+  out->bytes_in_use = handed_out > t.remote_queued_bytes ? handed_out - t.remote_queued_bytes : 0;
+  out->thread_cache_bytes = t.thread_cache_bytes;
+  out->central_pool_bytes = t.central_pool_bytes;
+  out->large_cache_resident_bytes = large_cache_resident_bytes();
+  out->chunk_bytes_free = t.free_page_bytes;
+  out->chunk_bytes_free_resident = t.free_resident_bytes;
+  out->bytes_mapped = out->chunk_bytes_mapped + out->large_bytes_mapped;
+  uint64_t large_live_mapped =
+      out->large_bytes_mapped > out->large_bytes_cached ? out->large_bytes_mapped - out->large_bytes_cached : 0;
+  out->bytes_resident = t.resident_estimate + large_live_mapped + out->large_cache_resident_bytes;
+  out->process_rss_bytes = platform::process_resident_bytes();
+}
+
+BRISK_EXPORT size_t brisk_get_class_stats(brisk_class_stats* out, size_t max) {
+  static_assert(BRISK_SIZE_CLASSES == kNumClasses, "brisk.h's class count");
+  if (out == nullptr || max == 0) return kNumClasses;
+  SpanTotals t;
+  gather_span_totals(&t);
+  for (size_t c = 0; c < kNumClasses && c < max; ++c) {
+    out[c].block_size = kClasses[c].size;
+    out[c].live_blocks = t.classes[c].live_blocks;
+    out[c].free_blocks = t.classes[c].free_blocks;
+    out[c].spans = t.classes[c].spans;
+  }
+  return kNumClasses;
+}
+
+BRISK_EXPORT size_t brisk_get_thread_stats(brisk_thread_stats* out, size_t max) {
+  if (out == nullptr) max = 0;
+  size_t total = attached_heaps(nullptr, 0);
+  // In batches of heaps, one walk of the chunks each: nothing is allocated.
+  constexpr size_t kBatch = 64;
+  size_t filled = 0;
+  while (filled < max) {
+    const Heap* heaps[kBatch];
+    size_t n = attached_heaps(heaps, kBatch, filled);  // threads may have come and gone
+    n = n > filled ? n - filled : 0;
+    if (n > kBatch) n = kBatch;
+    if (n > max - filled) n = max - filled;
+    if (n == 0) break;
+    HeapCounts counts[kBatch];
+    for (size_t i = 0; i < n; ++i) counts[i].heap = heaps[i];
+    SpanTotals t;
+    gather_span_totals(&t, counts, n);
+    for (size_t i = 0; i < n; ++i) {
+      brisk_thread_stats& o = out[filled + i];
+      o.heap_id = heaps[i]->id;
+      o.thread_id = heaps[i]->thread_id.load(std::memory_order_relaxed);
+      o.cache_bytes = counts[i].cache_bytes;
+      o.remote_frees_sent = remote_frees_sent(heaps[i]);
+      o.remote_frees_received = heaps[i]->remote_frees_received.load(std::memory_order_relaxed);
+    }
+    filled += n;
+  }
+  // Entries of threads that exited during the call are left zero.
+  for (size_t i = filled; i < max && i < total; ++i) out[i] = brisk_thread_stats{};
+  return total;
 }
 
 BRISK_EXPORT void brisk_debug_enter(void) { debug::enter(); }

@@ -7,11 +7,17 @@
 // (entry.h), so malloc's body is the thread cache's fast path; the rules that differ between
 // them (memalign's rounding, posix_memalign's result, pvalloc's page rounding,
 // reallocarray's overflow) are here.
+#include <brisk/brisk.h>
 #include <errno.h>
+#include <limits.h>
+#include <malloc.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
+#include "core/options.h"
 #include "override/entry.h"
+#include "override/stats_print.h"
 
 #ifndef BRISK_OVERRIDE
 #error "malloc.cc is built only into the replacing libraries"
@@ -24,6 +30,31 @@ namespace {
 std::size_t round_to_page(std::size_t n, bool* overflow) {
   *overflow = n > SIZE_MAX - (kOsPageSize - 1);
   return (n + kOsPageSize - 1) & ~(kOsPageSize - 1);
+}
+
+// glibc's mallinfo fields in brisk's terms (the README's "Statistics" has the table): the
+// "arena" is the chunks, "mmapped" space the large blocks.
+struct mallinfo2 brisk_mallinfo2() {
+  brisk_stats s;
+  brisk_get_stats(&s);
+  struct mallinfo2 m = {};
+  m.arena = s.chunk_bytes_mapped;
+  m.ordblks = s.chunk_bytes_free / kPageSize;  // free 64 KiB pages in live chunks
+  m.hblks = s.large_live_blocks;
+  m.hblkhd = s.large_bytes_mapped;
+  m.uordblks = s.bytes_in_use;
+  m.fordblks = s.thread_cache_bytes + s.central_pool_bytes + s.remote_queued_bytes + s.chunk_bytes_free;
+  m.keepcost = s.chunk_bytes_free_resident + s.large_cache_resident_bytes;  // what malloc_trim returns
+  return m;
+}
+
+int clamp_to_int(size_t v) { return v > INT_MAX ? INT_MAX : static_cast<int>(v); }
+
+// BRISK_STATS=1|2: the statistics, as a table or JSON, on stderr at exit. Here, in the file
+// every program that links brisk's malloc links.
+__attribute__((destructor)) void print_stats_at_exit() {
+  std::int64_t mode = options::get(options::Id::kStats);
+  if (mode != 0) brisk_print_stats(stderr, mode == 2 ? 1 : 0);
 }
 
 }  // namespace
@@ -90,5 +121,30 @@ BRISK_EXPORT void free_sized(void* p, size_t size) noexcept { free_checked_impl(
 // padding, so pad has nothing to spare.
 BRISK_EXPORT int malloc_trim(size_t) noexcept { return process_trim() > 0 ? 1 : 0; }
 BRISK_EXPORT void free_aligned_sized(void* p, size_t, size_t size) noexcept { free_checked_impl(p, 0, size); }
+
+// glibc's statistics calls would describe glibc's own, empty, arena: brisk answers them.
+BRISK_EXPORT struct mallinfo2 mallinfo2() noexcept { return brisk_mallinfo2(); }
+BRISK_EXPORT struct mallinfo mallinfo() noexcept {
+  struct mallinfo2 m2 = brisk_mallinfo2();
+  struct mallinfo m = {};
+  m.arena = clamp_to_int(m2.arena);
+  m.ordblks = clamp_to_int(m2.ordblks);
+  m.hblks = clamp_to_int(m2.hblks);
+  m.hblkhd = clamp_to_int(m2.hblkhd);
+  m.uordblks = clamp_to_int(m2.uordblks);
+  m.fordblks = clamp_to_int(m2.fordblks);
+  m.keepcost = clamp_to_int(m2.keepcost);
+  return m;
+}
+BRISK_EXPORT void malloc_stats() noexcept { brisk_print_stats(stderr, 0); }
+// glibc's contract: options must be 0 (else EINVAL); XML in glibc's schema, free blocks by class.
+BRISK_EXPORT int malloc_info(int options, FILE* out) noexcept {
+  if (options != 0) {
+    errno = EINVAL;
+    return -1;
+  }
+  print_malloc_info(out);
+  return 0;
+}
 
 }  // extern "C"

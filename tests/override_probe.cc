@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "check.h"
+
 #ifdef BRISK_PROBE_STATIC
 // glibc 2.36 declares neither; brisk must define both (C23).
 extern "C" void free_sized(void* ptr, size_t size);
@@ -28,17 +30,7 @@ extern "C" size_t brisk_usable_size(const void* ptr);
 
 namespace {
 
-int g_failures = 0;
-
-#define CHECK(cond, ...)                                        \
-  do {                                                          \
-    if (!(cond)) {                                              \
-      ++g_failures;                                             \
-      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                             \
-      fputc('\n', stderr);                                      \
-    }                                                           \
-  } while (0)
+using brisk_test::g_failures;
 
 size_t Opaque(size_t n) {
   volatile size_t v = n;
@@ -86,6 +78,7 @@ void CheckBlock(const char* what, void* p, size_t size, size_t alignment) {
 const char* const kEntryPoints[] = {
     "malloc", "free", "calloc", "realloc", "reallocarray", "memalign", "posix_memalign", "aligned_alloc",
     "valloc", "pvalloc", "malloc_usable_size", "malloc_trim", "free_sized", "free_aligned_sized", "cfree",
+    "mallinfo", "mallinfo2", "malloc_stats", "malloc_info",
     // operator new: plain, nothrow, aligned, aligned nothrow; scalar and array
     "_Znwm", "_Znam", "_ZnwmRKSt9nothrow_t", "_ZnamRKSt9nothrow_t", "_ZnwmSt11align_val_t",
     "_ZnamSt11align_val_t", "_ZnwmSt11align_val_tRKSt9nothrow_t", "_ZnamSt11align_val_tRKSt9nothrow_t",
@@ -108,6 +101,9 @@ void* DirectAddress(const std::string& name) {
   if (name == "free_aligned_sized") return reinterpret_cast<void*>(&free_aligned_sized);
   if (name == "cfree") return reinterpret_cast<void*>(&cfree);
   if (name == "malloc_trim") return reinterpret_cast<void*>(&malloc_trim);
+  if (name == "mallinfo2") return reinterpret_cast<void*>(&mallinfo2);
+  if (name == "malloc_stats") return reinterpret_cast<void*>(&malloc_stats);
+  if (name == "malloc_info") return reinterpret_cast<void*>(&malloc_info);
   return nullptr;
 }
 #endif
@@ -322,9 +318,12 @@ void CheckLibraryInternals() {
   CheckBlock("libstdc++ string", s.data(), s.size() + 1, 16);
 
   // glibc's own heap must stay (almost) untouched while the program allocates 8 MiB through
-  // malloc and new: glibc's mallinfo2 reports only memory glibc's malloc handed out.
+  // malloc and new: glibc's mallinfo2 reports only memory glibc's malloc handed out. (Taken from
+  // libc.so itself: the process's mallinfo2 is brisk's.)
   using MallinfoFn = struct mallinfo2 (*)();
-  MallinfoFn mi = reinterpret_cast<MallinfoFn>(dlsym(RTLD_DEFAULT, "mallinfo2"));
+  void* libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+  MallinfoFn mi = libc != nullptr ? reinterpret_cast<MallinfoFn>(dlsym(libc, "mallinfo2")) : nullptr;
+  CHECK(mi != nullptr, "glibc's mallinfo2 not found");
   Dl_info info{};
   if (mi != nullptr && dladdr(reinterpret_cast<void*>(mi), &info) && info.dli_fname &&
       strstr(info.dli_fname, "libc.so") != nullptr) {

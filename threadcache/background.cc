@@ -109,9 +109,11 @@ std::size_t reclaim_locked(Heap* h) {
     __builtin_memset(static_cast<void*>(table), 0, sizeof g_span_table);
     Block* chain = h->incoming.take_all();
     // 1. Count the chain's blocks per span of h (spans past the table's room are left alone).
+    std::size_t taken_bytes = 0;
     for (Block* b = chain; b != nullptr; b = chain_next(b)) {
       auto a = reinterpret_cast<std::uintptr_t>(b);
       Span* s = chunk_of(a)->span_of(a);
+      taken_bytes += s->block_size;
       if (s->owner.load(std::memory_order_acquire) != h) continue;
       if (SpanCount* e = find_slot(table, s, true)) ++e->count;
     }
@@ -130,18 +132,22 @@ std::size_t reclaim_locked(Heap* h) {
     // a released span's blocks are not touched again.
     Block* keep_head = nullptr;
     Block* keep_tail = nullptr;
+    std::size_t keep_bytes = 0;
     for (Block* b = chain; b != nullptr;) {
       Block* next = chain_next(b);
       auto a = reinterpret_cast<std::uintptr_t>(b);
-      SpanCount* e = find_slot(table, chunk_of(a)->span_of(a), false);
+      Span* s = chunk_of(a)->span_of(a);
+      SpanCount* e = find_slot(table, s, false);
       if (e == nullptr || e->count != kReleased) {
         set_link(b, keep_head);
         keep_head = b;
         if (keep_tail == nullptr) keep_tail = b;
+        keep_bytes += s->block_size;
       }
       b = next;
     }
-    if (keep_head != nullptr) send_chain(h, keep_head, keep_tail);
+    note_chain_taken(taken_bytes);  // the statistics' bytes in queues
+    if (keep_head != nullptr) send_chain(h, keep_head, keep_tail, keep_bytes);
     // 4. Give the spans back, as the owner would when their last block came home.
     for (unsigned i = 0; i < kSpanSlots; ++i) {
       SpanCount& e = table[i];
@@ -169,7 +175,7 @@ std::uint64_t background_pass(std::uint64_t now) {
   auto idle = static_cast<std::uint64_t>(options::get(options::Id::kIdleMs));
   std::size_t bytes = 0;
   if (!g_orphan_heap.incoming.empty()) drain_orphans();
-  for (Heap* h = heap_list_first(); h != nullptr; h = h->all_next) {
+  for (Heap* h = all_heaps(); h != nullptr; h = h->all_next) {
     std::uint32_t entries = h->slow_entries.load(std::memory_order_relaxed);
     if (entries == h->idle_seen_entries) bytes += reclaim_locked(h);  // idle since the last pass
     h->idle_seen_entries = entries;

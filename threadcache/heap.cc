@@ -130,7 +130,7 @@ BRISK_NOINLINE void free_slow(void* p) {
     h = heap_for_this_thread();
   }
   if (h == nullptr) {
-    send_chain(owner, b, b);  // no heap (exited thread, or out of memory for one): send it alone
+    send_chain(owner, b, b, s->block_size);  // no heap (exited thread, or out of memory for one): send it alone
     return;
   }
   if (owner == &g_orphan_heap && adopt_orphan_span(h, s)) {

@@ -20,7 +20,8 @@
 
 namespace brisk {
 
-// Blocks freed by this thread, waiting to go to one other heap.
+// Blocks freed by this thread, waiting to go to one other heap. count and bytes are written as
+// relaxed atomics (store_shared) by the owner: the statistics read them from any thread.
 struct OutgoingBatch {
   Heap* dest = nullptr;
   Block* head = nullptr;
@@ -81,6 +82,13 @@ class alignas(BRISK_CACHELINE) Heap {
   Heap* pool_next = nullptr;
   Heap* all_next = nullptr;  // every heap ever made, for the debug switch (never unlinked)
   std::uint32_t id = 0;
+
+  // Statistics, read from any thread (heap_stats.cc); written on slow paths only, by the owner
+  // (stats::add_single_writer) or, for thread_id, by attach and exit. Reset when the heap is
+  // given to a new thread. Blocks in the outgoing batches are not yet counted as sent.
+  std::atomic<std::uint64_t> remote_frees_sent{0};      // blocks freed into other heaps' spans, sent
+  std::atomic<std::uint64_t> remote_frees_received{0};  // blocks of ours others freed, taken from our queue
+  std::atomic<std::uint64_t> thread_id{0};              // the attached thread's OS id; 0: none
 };
 
 extern Span g_empty_span;
@@ -91,6 +99,8 @@ extern Heap g_orphan_heap;    // owner of spans whose thread exited; its queue i
 // heap to the thread again (heap_borrow).
 extern Heap g_exited_heap;
 extern __thread Heap* t_heap __attribute__((tls_model("initial-exec")));
+// Every heap ever made, newest first, linked through all_next (heaps are never unlinked).
+Heap* all_heaps();
 
 struct LargeHeader;
 
@@ -156,7 +166,7 @@ BRISK_ALWAYS_INLINE void* alloc_small(Heap* h, unsigned c, std::size_t size) {
   constexpr std::uintptr_t kForeignBits = ~kChunkMask | (kMinAlign - 1);
   if (kEncodeFreeLinks && BRISK_UNLIKELY(((next ^ a) & kForeignBits) != 0) && next != 0) free_list_damaged(b);
   s->free = reinterpret_cast<Block*>(next);
-  s->used++;
+  span_used_increment(s);
   b->key = 0;  // a live block never carries the free key
   return b;
 }
@@ -169,13 +179,13 @@ BRISK_ALWAYS_INLINE void free_to_own_span(Heap* h, Span* s, Block* b, FreeCode c
   set_link(b, old, code.link_mask);
   b->key = code.key;
   s->free = b;
-  // A release store: the background thread may read `used` of a span that is not installed
-  // (background.cc) and give its pages away when every block is free; the pages' next user
-  // must see this block's writes. On x86-64 it is the plain store it would be anyway.
-  std::atomic_ref<std::uint32_t> used(s->used);
-  std::uint32_t left = used.load(std::memory_order_relaxed) - 1;
-  used.store(left, std::memory_order_release);
-  if (BRISK_UNLIKELY(left == 0 || old == nullptr)) free_local_adjust(h, s);
+  // Release order (span_used_decrement): the background thread may read `used` of a span that
+  // is not installed (background.cc) and give its pages away once every block is free; the
+  // pages' next user must see this block's writes.
+  // Two tests rather than one `||`: GCC then branches on the decrement's own flags instead of
+  // saving them with a sete (two more instructions).
+  if (BRISK_UNLIKELY(span_used_decrement(s))) return free_local_adjust(h, s);
+  if (BRISK_UNLIKELY(old == nullptr)) free_local_adjust(h, s);
 }
 
 // The span of a when a is the start of a carved block in a span h owns (a is in a brisk chunk,
@@ -217,8 +227,6 @@ inline bool heap_is_attached(const Heap* h) { return h != &g_sentinel_heap && h 
 // heap_give_back detaches it again, as at thread exit: the block's span becomes an orphan.
 Heap* heap_borrow();
 void heap_give_back(Heap* h);
-// Every heap ever made, through all_next (heaps are never unlinked nor unmapped).
-Heap* heap_list_first();
 template <class Alloc>
 void* alloc_with_borrowed_heap(Alloc alloc) {
   Heap* h = heap_borrow();

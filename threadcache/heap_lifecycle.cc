@@ -92,7 +92,12 @@ void heap_reset(Heap* h) {
   for (auto& l : h->available) l = SpanList{};
   h->all_spans = nullptr;
   h->chunks = nullptr;
-  for (auto& o : h->outgoing) o = OutgoingBatch{};
+  for (auto& o : h->outgoing) {
+    o.dest = nullptr;
+    o.head = o.tail = nullptr;
+    store_shared(o.count, 0u);  // read by the statistics (heap.h)
+    store_shared(o.bytes, std::size_t{0});
+  }
   h->released_since_purge = 0;
   h->aged_at_ms = 0;
   h->lever_epoch = ~std::uint32_t{0};
@@ -100,6 +105,8 @@ void heap_reset(Heap* h) {
   h->retained_count = 0;
   h->retained_next = 0;
   h->pool_next = nullptr;
+  h->remote_frees_sent.store(0, std::memory_order_relaxed);
+  h->remote_frees_received.store(0, std::memory_order_relaxed);
   h->incoming.reopen();
   h->serving = true;
 }
@@ -140,6 +147,7 @@ void on_thread_exit(void* value) {
   // Destructors of other keys, and glibc's __libc_thread_freeres after all of them, may still
   // allocate and free on this thread; a heap attached now would never be detached again.
   t_heap = &g_exited_heap;
+  h->thread_id.store(0, std::memory_order_relaxed);
   stats::add(stats::g.heaps_live, -1);
   heap_pool_push(h);
 }
@@ -212,6 +220,14 @@ void atfork_child() {
   f.locked = f.stdio_locked = false;
   stats::g.heaps_live.store(heap_is_attached(t_heap) ? 1 : 0, std::memory_order_relaxed);
   background_reset_in_child();
+  // The other threads are gone; their heaps stay as they were, attached to no thread.
+  for (Heap* h = g_all_heaps.load(std::memory_order_acquire); h != nullptr; h = h->all_next) {
+    if (h == t_heap) {
+      h->thread_id.store(platform::current_thread_id(), std::memory_order_relaxed);
+    } else {
+      h->thread_id.store(0, std::memory_order_relaxed);
+    }
+  }
   platform::restore_signals(&f.saved_mask);
 }
 
@@ -236,7 +252,7 @@ void process_init() {
   while (g_init_state.load(std::memory_order_acquire) != 2) sched_yield();
 }
 
-Heap* heap_list_first() { return g_all_heaps.load(std::memory_order_acquire); }
+Heap* all_heaps() { return g_all_heaps.load(std::memory_order_acquire); }
 
 void debug_point_heaps_at_empty_span() {
   for (Heap* h = g_all_heaps.load(std::memory_order_acquire); h != nullptr; h = h->all_next)
@@ -261,6 +277,7 @@ Heap* heap_for_this_thread() {
   if (h == nullptr) return nullptr;
   heap_reset(h);
   t_heap = h;  // before pthread_setspecific, which may itself call calloc
+  h->thread_id.store(platform::current_thread_id(), std::memory_order_relaxed);
   stats::add(stats::g.heaps_live, 1);
   if (g_init_state.load(std::memory_order_acquire) == 2) pthread_setspecific(g_thread_key, h);
   // A second thread allocating: the process is multithreaded now, and may want the background

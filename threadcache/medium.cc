@@ -13,10 +13,10 @@ namespace {
 
 void set_medium_geometry(Span* s, unsigned pages) {
   std::uint32_t bytes = static_cast<std::uint32_t>(pages) << kPageShift;
-  s->page_count = static_cast<std::uint8_t>(pages);
+  store_shared(s->page_count, static_cast<std::uint8_t>(pages));
   s->block_size = bytes;
   s->span_bytes = bytes;
-  s->carved_bytes = bytes;
+  store_shared(s->carved_bytes, bytes);
   s->reciprocal = ((std::uint64_t{1} << kReciprocalShift) + bytes - 1) / bytes;
 }
 
@@ -30,9 +30,9 @@ void* alloc_medium(Heap* h, std::size_t size, bool zero) {
   Span* s = span_create(h, pages, &zeroed);
   if (s == nullptr) return nullptr;
   set_medium_geometry(s, pages);
-  s->used = 1;
-  s->size_class = 0;
-  s->kind = SpanKind::kMedium;
+  store_shared(s->used, 1u);
+  store_shared(s->size_class, std::uint8_t{0});
+  store_shared(s->kind, SpanKind::kMedium);
   s->owner.store(h, std::memory_order_release);
   heap_link_span(h, s);
   auto* b = reinterpret_cast<Block*>(s->start);

@@ -39,10 +39,12 @@ bool adopt_orphan_span(Heap* h, Span* s) {
 namespace {
 
 // A block freed into a span whose owner exited, put back under the central pool's lock (the
-// pool holds such spans). The span may have been adopted since the block was sent.
-void process_orphan_block(Block* b) {
+// pool holds such spans). The span may have been adopted since the block was sent. Returns the
+// block's size.
+std::size_t process_orphan_block(Block* b) {
   auto a = reinterpret_cast<std::uintptr_t>(b);
   Span* s = chunk_of(a)->span_of(a);
+  std::size_t size = s->block_size;
   Heap* owner;
   bool emptied = false;
   CentralPool& pool = g_central[central_index(s)];
@@ -56,7 +58,7 @@ void process_orphan_block(Block* b) {
       set_link(b, old);
       s->free = b;
       BRISK_ASSERT(s->used > 0);
-      if (--s->used == 0) {
+      if (span_used_decrement(s)) {
         if (s->listed) pool.remove(s);
         stats::add(stats::g.spans_orphaned, -1);
         emptied = true;
@@ -67,21 +69,24 @@ void process_orphan_block(Block* b) {
   }
   if (owner != &g_orphan_heap) {
     if (owner == nullptr) fatal_pointer_error("invalid free of", b, "its span is not in use");
-    send_chain(owner, b, b);
+    send_chain(owner, b, b, size);
   } else if (emptied) {
     release_span_pages(s);  // no owner and on no list: nobody else can reach it
   }
+  return size;
 }
 
 }  // namespace
 
 void drain_orphans() {
   Block* b = g_orphan_heap.incoming.take_all();
+  std::size_t bytes = 0;
   while (b != nullptr) {
     Block* next = chain_next(b);
-    process_orphan_block(b);
+    bytes += process_orphan_block(b);
     b = next;
   }
+  note_chain_taken(bytes);
 }
 
 }  // namespace brisk

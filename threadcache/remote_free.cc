@@ -3,10 +3,13 @@
 
 #include "core/chunk.h"
 #include "core/report.h"
+#include "core/stats.h"
 
 namespace brisk {
 
-void send_chain(Heap* dest, Block* first, Block* last) {
+void send_chain(Heap* dest, Block* first, Block* last, std::size_t bytes) {
+  // Counted before the push: the consumer subtracts after its take, so the count never wraps.
+  stats::add(stats::g.remote_queued_bytes, static_cast<std::int64_t>(bytes));
   if (!dest->incoming.push(first, last)) {
     // The owner has exited (its queue is closed): its spans are, or are about to be, orphans.
     g_orphan_heap.incoming.push(first, last);
@@ -15,40 +18,60 @@ void send_chain(Heap* dest, Block* first, Block* last) {
 
 namespace {
 
-void flush_batch(OutgoingBatch& o) {
-  if (o.count != 0) send_chain(o.dest, o.head, o.tail);
+BRISK_NOINLINE void flush_batch(Heap* h, OutgoingBatch& o) {
+  if (o.count != 0) {
+    send_chain(o.dest, o.head, o.tail, o.bytes);
+    stats::add_single_writer(h->remote_frees_sent, o.count);
+  }
   o.head = o.tail = nullptr;
-  o.count = 0;
-  o.bytes = 0;
+  store_shared(o.count, 0u);
+  store_shared(o.bytes, std::size_t{0});
+}
+
+// A full batch: sent; then the strategy's levers are read again if it changed, and the queue
+// is drained. A thread that frees other threads' blocks without allocating (a consumer, or two
+// workers freeing each other's blocks) never reaches alloc_refill, which drains the queue; what
+// others freed into its spans would wait there, resident, until it allocated again.
+BRISK_NOINLINE void batch_full(Heap* h, OutgoingBatch& o) {
+  flush_batch(h, o);
+  heap_refresh_levers(h);
+  if (!h->incoming.empty()) {
+    HeapSlowLock lock(h);
+    heap_drain_incoming(h);
+  }
+}
+
+BRISK_NOINLINE void switch_destination(Heap* h, Heap* dest, Block* b, std::size_t size) {
+  OutgoingBatch& o = h->outgoing[dest->id & (kRemoteSlots - 1)];
+  flush_batch(h, o);
+  o.dest = dest;
+  outgoing_add(h, dest, b, size);
 }
 
 }  // namespace
 
+// The calls leave only through tail calls (flush_batch, switch_destination): with a call in the
+// middle GCC saved six registers on every remote free (callgrind: 12 instructions a free more).
 void outgoing_add(Heap* h, Heap* dest, Block* b, std::size_t size) {
   OutgoingBatch& o = h->outgoing[dest->id & (kRemoteSlots - 1)];
-  if (o.dest != dest) {
-    flush_batch(o);
-    o.dest = dest;
-  }
+  if (BRISK_UNLIKELY(o.dest != dest)) return switch_destination(h, dest, b, size);
   set_link(b, o.head);
   o.head = b;
   if (o.tail == nullptr) o.tail = b;
-  o.bytes += size;
-  if (++o.count >= kRemoteBatch || o.bytes >= h->batch_bytes) {
-    flush_batch(o);
-    heap_refresh_levers(h);
-    // A thread that frees other threads' blocks without allocating (a consumer, or two workers
-    // freeing each other's blocks) never reaches alloc_refill, which drains the queue; what
-    // others freed into its spans would wait there, resident, until it allocated again.
-    if (!h->incoming.empty()) {
-      HeapSlowLock lock(h);
-      heap_drain_incoming(h);
-    }
-  }
+  // Relaxed atomic stores (the same movs as plain ones): the statistics read partial batches.
+  std::size_t bytes = o.bytes + size;
+  std::uint32_t count = o.count + 1;
+  store_shared(o.bytes, bytes);
+  store_shared(o.count, count);
+  if (count >= kRemoteBatch || bytes >= h->batch_bytes) return batch_full(h, o);
 }
 
 void heap_flush_outgoing(Heap* h) {
-  for (auto& o : h->outgoing) flush_batch(o);
+  for (auto& o : h->outgoing) flush_batch(h, o);
+}
+
+void note_chain_taken(std::size_t bytes) {
+  if (bytes != 0) stats::add(stats::g.remote_queued_bytes, -static_cast<std::int64_t>(bytes));
 }
 
 void heap_drain_incoming(Heap* h) { heap_process_blocks(h, h->incoming.take_all()); }
@@ -63,28 +86,36 @@ Block* chain_next(const Block* b) {
 namespace {
 
 // A block that arrived in h's queue. The span may have changed owner since it was sent.
-void process_owned_block(Heap* h, Block* b) {
+// Returns the block's size.
+std::size_t process_owned_block(Heap* h, Block* b) {
   auto a = reinterpret_cast<std::uintptr_t>(b);
   Span* s = chunk_of(a)->span_of(a);
+  std::size_t size = s->block_size;
   Heap* owner = s->owner.load(std::memory_order_acquire);
   if (owner != h) {
     if (owner == nullptr) fatal_pointer_error("invalid free of", b, "its span is not in use");
-    send_chain(owner, b, b);
-    return;
+    send_chain(owner, b, b, size);
+    return size;
   }
   if (a - reinterpret_cast<std::uintptr_t>(s->start) >= s->carved_bytes)
     fatal_pointer_error("invalid free of", b, "never handed out");
   free_to_own_span(h, s, b, free_code(a));
+  return size;
 }
 
 }  // namespace
 
 void heap_process_blocks(Heap* h, Block* b) {
+  std::size_t bytes = 0;
+  std::int64_t blocks = 0;
   while (b != nullptr) {
     Block* next = chain_next(b);
-    process_owned_block(h, b);
+    bytes += process_owned_block(h, b);
+    ++blocks;
     b = next;
   }
+  note_chain_taken(bytes);
+  if (blocks != 0) stats::add_single_writer(h->remote_frees_received, blocks);
 }
 
 }  // namespace brisk

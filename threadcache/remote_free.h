@@ -9,14 +9,16 @@
 
 namespace brisk {
 
-// Sends the chain first..last (linked, encoded) to dest's queue, or to the orphan queue if dest
-// has exited.
-void send_chain(Heap* dest, Block* first, Block* last);
+// Sends the chain first..last (linked, encoded; bytes: their block sizes) to dest's queue, or
+// to the orphan queue if dest has exited.
+void send_chain(Heap* dest, Block* first, Block* last, std::size_t bytes);
 // Adds b (size bytes) to h's outgoing batch for dest; a full batch is sent.
 void outgoing_add(Heap* h, Heap* dest, Block* b, std::size_t size);
 void heap_flush_outgoing(Heap* h);                // sends every partial batch
 void heap_drain_incoming(Heap* h);                // takes and frees what others sent to h
 void heap_process_blocks(Heap* h, Block* chain);  // frees a chain sent to h
+// Counts a chain of `bytes` taken from a queue (stats::g.remote_queued_bytes).
+void note_chain_taken(std::size_t bytes);
 // The next block of a chain of remote frees, checked: a chain crosses spans and chunks, so a
 // sound link is null or a 16-byte aligned address in a brisk chunk.
 Block* chain_next(const Block* b);

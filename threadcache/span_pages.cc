@@ -30,7 +30,7 @@ void carve(Span* s) {
     b->key = code.key;
   }
   s->free = reinterpret_cast<Block*>(first);
-  s->carved_bytes += n * bs;
+  store_shared(s->carved_bytes, s->carved_bytes + n * bs);
 }
 
 void heap_link_span(Heap* h, Span* s) {
@@ -100,7 +100,7 @@ Span* span_create(Heap* h, unsigned pages, bool* zeroed) {
   if (ch == nullptr) return nullptr;
   Span* s = &ch->spans[first];
   s->first_page = static_cast<std::uint8_t>(first);
-  s->page_count = static_cast<std::uint8_t>(pages);
+  store_shared(s->page_count, static_cast<std::uint8_t>(pages));
   s->start = ch->page_address(first);
   s->free = nullptr;
   s->listed = false;
@@ -113,13 +113,13 @@ Span* span_new_small(Heap* h, unsigned c) {
   const SizeClassInfo& info = kClasses[c];
   Span* s = span_create(h, info.span_pages);
   if (s == nullptr) return nullptr;
-  s->used = 0;
-  s->carved_bytes = 0;
+  store_shared(s->used, 0u);
+  store_shared(s->carved_bytes, 0u);
   s->block_size = info.size;
   s->span_bytes = info.capacity * info.size;
   s->reciprocal = info.reciprocal;
-  s->size_class = static_cast<std::uint8_t>(c);
-  s->kind = SpanKind::kSmall;
+  store_shared(s->size_class, static_cast<std::uint8_t>(c));
+  store_shared(s->kind, SpanKind::kSmall);
   s->owner.store(h, std::memory_order_release);
   heap_link_span(h, s);
   return s;
@@ -130,10 +130,10 @@ void release_span_pages(Span* s) {
   BRISK_ASSERT(s->kind != SpanKind::kUnused && s->used == 0 && !s->listed);
   Chunk* ch = chunk_of(reinterpret_cast<std::uintptr_t>(s->start));
   unsigned first = s->first_page, count = s->page_count;
-  s->kind = SpanKind::kUnused;
+  store_shared(s->kind, SpanKind::kUnused);
   s->free = nullptr;
-  s->used = 0;
-  s->carved_bytes = 0;
+  store_shared(s->used, 0u);
+  store_shared(s->carved_bytes, 0u);
   s->span_bytes = 0;
   s->owner.store(nullptr, std::memory_order_relaxed);
   if (chunk_release_pages(ch, first, count)) chunk_release_if_abandoned_and_empty(ch);

@@ -19,6 +19,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -64,8 +65,15 @@ typedef enum brisk_strategy {
 int brisk_set_strategy(brisk_strategy strategy);
 brisk_strategy brisk_get_strategy(void);
 
-/* Process-wide counters, for tests, the stress suite and operators. Approximate while other
- * threads run; exact when the process is quiescent. */
+/* Statistics (the README's "Statistics" lists every field).
+ *
+ * Process-wide counters, for tests, the stress suite and operators. Nothing is counted on the
+ * allocation fast paths: the block counts are derived, when asked, from the span descriptors
+ * of every chunk (a walk under the chunk registry's lock, proportional to the mapped chunks),
+ * and the rest are counters kept on slow paths. While other threads run, each number is read
+ * on its own, so sums of them can be off by what changed meanwhile. When no thread allocates
+ * or frees meanwhile, every field is exact except bytes_resident (an estimate, see there) and
+ * process_rss_bytes (the kernel's figure). All byte counts are bytes. */
 typedef struct brisk_stats {
   uint64_t chunks_mapped;       /* 4 MiB chunks currently mapped for small and medium blocks */
   uint64_t chunk_bytes_mapped;  /* bytes of those chunks */
@@ -79,9 +87,65 @@ typedef struct brisk_stats {
   uint64_t heaps_total;         /* thread heaps ever created (they are recycled) */
   uint64_t spans_orphaned;      /* spans held by the central pools without an owner */
   uint64_t chunk_bytes_cached;  /* of chunk_bytes_mapped, empty chunks kept decommitted for reuse */
+  /* Appended for issue 10; the fields above keep their offsets. */
+  uint64_t bytes_in_use;         /* live blocks by usable size: small + medium + large, less
+                                    remote_queued_bytes (freed, on their way to their span) */
+  uint64_t small_bytes_in_use;   /* small blocks handed out and not yet back in their span */
+  uint64_t medium_bytes_in_use;  /* the same for medium blocks (whole 64 KiB pages) */
+  uint64_t large_bytes_in_use;   /* usable bytes of live large blocks */
+  uint64_t small_live_blocks;
+  uint64_t medium_live_blocks;
+  uint64_t thread_cache_bytes;   /* free blocks in spans owned by thread heaps: free lists,
+                                    uncarved room, retained empty spans */
+  uint64_t central_pool_bytes;   /* free blocks in spans of exited threads (central pools) */
+  uint64_t remote_queued_bytes;  /* blocks freed by a thread that does not own their span, in its
+                                    outgoing batches or in a remote-free queue */
+  uint64_t large_cache_resident_bytes; /* of large_bytes_cached, resident when cached (mincore) */
+  uint64_t chunk_bytes_free;     /* free 64 KiB pages of live chunks (no span holds them) */
+  uint64_t chunk_bytes_free_resident; /* of which used since last purged: still resident */
+  uint64_t bytes_mapped;         /* chunk_bytes_mapped + large_bytes_mapped */
+  uint64_t bytes_resident;       /* estimate: chunk headers, carved pages of small spans, whole
+                                    medium spans, chunk_bytes_free_resident, live large mappings
+                                    whole, large_cache_resident_bytes. An upper bound of brisk's
+                                    share of process_rss_bytes, less what the kernel reclaimed */
+  uint64_t process_rss_bytes;    /* resident memory of the whole process (/proc/self/statm) */
 } brisk_stats;
 
 void brisk_get_stats(brisk_stats* out);
+
+/* Per size class (small blocks, up to 64 KiB). */
+#define BRISK_SIZE_CLASSES 80
+typedef struct brisk_class_stats {
+  uint64_t block_size;
+  uint64_t live_blocks;  /* handed out and not yet back in their span (remote frees on the way
+                            included) */
+  uint64_t free_blocks;  /* room for more in the class's spans held by thread heaps and central
+                            pools: free lists, uncarved blocks, empty retained spans */
+  uint64_t spans;        /* spans of the class, owned by a heap or a central pool */
+} brisk_class_stats;
+/* Fills out[0 .. min(max, BRISK_SIZE_CLASSES)) in class order; returns BRISK_SIZE_CLASSES. */
+size_t brisk_get_class_stats(brisk_class_stats* out, size_t max);
+
+/* Per thread that owns a heap now (a thread gets one at its first allocation and gives it up at
+ * exit). Counts start when the thread gets its heap. */
+typedef struct brisk_thread_stats {
+  uint64_t heap_id;               /* brisk's number for the heap (heaps are recycled) */
+  uint64_t thread_id;             /* the OS thread id (gettid) */
+  uint64_t cache_bytes;           /* free blocks in the spans its heap owns */
+  uint64_t remote_frees_sent;     /* blocks it freed that other threads' heaps own */
+  uint64_t remote_frees_received; /* blocks of its heap other threads freed, taken back so far */
+} brisk_thread_stats;
+/* Fills out[0 .. min(max, n)) and returns n, the number of threads with a heap (an entry of a
+ * thread that exited during the call is all zero). */
+size_t brisk_get_thread_stats(brisk_thread_stats* out, size_t max);
+
+/* Writes the statistics above to `out`, as a table (json = 0) or as one JSON object (json != 0:
+ * {"stats": {field: number, ...}, "classes": [...], "threads": [...]}, classes and threads with
+ * nothing in them left out). Calls no malloc: it formats into a buffer on the stack and writes
+ * it to fileno(out) after fflush(out) (a stream without a descriptor gets fwrite), so it is
+ * safe at exit and in a damaged heap. BRISK_STATS=1 (table) or 2 (JSON) prints it to stderr at
+ * exit. */
+void brisk_print_stats(FILE* out, int json);
 
 /* Debug mode (the README's "Debug mode"): from the next allocation of every thread on, blocks
  * carry a header, guard bytes, a canary after the data and fill patterns, and freed blocks wait
