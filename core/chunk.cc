@@ -98,6 +98,7 @@ unsigned chunk_claim_pages(Chunk* c, unsigned n, bool* zeroed) {
                                             std::memory_order_acquire)) {
       // The pages are ours: the dirty bits this clears are those of their last release or purge.
       std::uint64_t was_dirty = c->dirty_pages.fetch_and(~m, std::memory_order_relaxed);
+      c->lazy_pages.fetch_and(~m, std::memory_order_relaxed);
       if (zeroed != nullptr) *zeroed = (was_dirty & m) == 0;
       return first;
     }
@@ -113,6 +114,7 @@ bool chunk_claim_pages_at(Chunk* c, unsigned first, unsigned n) {
     if (c->free_pages.compare_exchange_weak(bits, bits & ~m, std::memory_order_acquire,
                                             std::memory_order_acquire)) {
       c->dirty_pages.fetch_and(~m, std::memory_order_relaxed);
+      c->lazy_pages.fetch_and(~m, std::memory_order_relaxed);
       return true;
     }
   }
@@ -131,14 +133,18 @@ bool chunk_release_pages(Chunk* c, unsigned first, unsigned n) {
 namespace {
 
 // Decommits the pages in mask (runs of them, one madvise each). Returns bytes.
-std::size_t decommit_pages(Chunk* c, std::uint64_t mask) {
+std::size_t decommit_pages(Chunk* c, std::uint64_t mask, bool lazy = false) {
   std::size_t bytes = 0;
   std::uint64_t rest = mask;
   while (rest != 0) {
     unsigned first = static_cast<unsigned>(__builtin_ctzll(rest));
     unsigned n = static_cast<unsigned>(__builtin_ctzll(~(rest >> first)));
     if (first + n > 64) n = 64 - first;
-    platform::decommit(c->page_address(first), std::size_t{n} << kPageShift);
+    if (lazy) {
+      platform::lazy_free(c->page_address(first), std::size_t{n} << kPageShift);
+    } else {
+      platform::decommit(c->page_address(first), std::size_t{n} << kPageShift);
+    }
     bytes += std::size_t{n} << kPageShift;
     rest &= ~run_mask(first, n);
   }
@@ -195,19 +201,30 @@ Chunk* chunk_claim_shared(Heap* h, unsigned n, bool resident_only, unsigned* fir
   return nullptr;
 }
 
-std::size_t chunk_purge(Chunk* c, std::uint64_t only) {
+std::size_t chunk_purge(Chunk* c, std::uint64_t only, bool lazy) {
   // Claim the free dirty pages first, so that no thread growing a medium block in place can
   // take one while it is being decommitted; give them back afterwards, clean.
   std::uint64_t bits = c->free_pages.load(std::memory_order_acquire);
   std::uint64_t d;
   do {
     d = bits & c->dirty_pages.load(std::memory_order_relaxed) & only;
+    if (lazy) d &= ~c->lazy_pages.load(std::memory_order_relaxed);
     if (d == 0) return 0;
   } while (!c->free_pages.compare_exchange_weak(bits, bits & ~d, std::memory_order_acquire,
                                                 std::memory_order_acquire));
-  // The pages in d are ours: decommit those whose dirty bit is still set now, not as read above.
-  std::uint64_t was_dirty = c->dirty_pages.fetch_and(~d, std::memory_order_relaxed) & d;
-  std::size_t bytes = decommit_pages(c, was_dirty);
+  // The pages in d are ours: give back those whose dirty bit is still set now, not as read
+  // above (and, lazily, not lazy already).
+  std::size_t bytes;
+  if (lazy) {
+    std::uint64_t fresh = c->dirty_pages.load(std::memory_order_relaxed) & d &
+                          ~c->lazy_pages.load(std::memory_order_relaxed);
+    bytes = decommit_pages(c, fresh, true);
+    c->lazy_pages.fetch_or(fresh, std::memory_order_relaxed);  // dirty stays: they may hold data
+  } else {
+    std::uint64_t was_dirty = c->dirty_pages.fetch_and(~d, std::memory_order_relaxed) & d;
+    c->lazy_pages.fetch_and(~d, std::memory_order_relaxed);
+    bytes = decommit_pages(c, was_dirty);
+  }
   c->free_pages.fetch_or(d, std::memory_order_release);
   return bytes;
 }
@@ -223,15 +240,16 @@ std::size_t chunk_purge_all() {
   return bytes;
 }
 
-std::size_t chunk_decay_all(bool* pending) {
+std::size_t chunk_decay_all(bool* pending, bool lazy) {
   std::size_t bytes = 0;
   bool left = false;
   // decay_aged is written only here, under the registry lock: one pass at a time.
   LockGuard g(g_registry_lock);
   for (Chunk* c = g_registry_head; c != nullptr; c = c->reg_next) {
     std::uint64_t free_dirty = c->free_pages.load(std::memory_order_acquire) & c->dirty_pages.load(std::memory_order_relaxed);
+    if (lazy) free_dirty &= ~c->lazy_pages.load(std::memory_order_relaxed);
     std::uint64_t stale = free_dirty & c->decay_aged;
-    if (stale != 0) bytes += chunk_purge(c, stale);
+    if (stale != 0) bytes += chunk_purge(c, stale, lazy);
     c->decay_aged = free_dirty & ~stale;
     left |= c->decay_aged != 0;
   }
@@ -280,6 +298,7 @@ bool chunk_destroy(Chunk* c) {
     // Cached chunks hold no resident pages but their header.
     decommit_pages(c, c->dirty_pages.load(std::memory_order_relaxed) & kAllPagesFree);
     c->dirty_pages.store(0, std::memory_order_relaxed);
+    c->lazy_pages.store(0, std::memory_order_relaxed);
     LockGuard g(g_cache_lock);
     if (g_cache_count < limit) {
       c->page_owner.store(nullptr, std::memory_order_relaxed);

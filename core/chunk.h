@@ -23,7 +23,12 @@
 //     claim:    compare-and-swap free, then clear dirty with fetch_and; the bits it cleared are
 //               the page's state since its last release or purge, and say whether it reads as
 //               zeros (alloc_medium skips calloc's memset on that alone);
-//     purge:    claim the pages, clear dirty (decommitting those whose bit it cleared), set free.
+//     purge:    claim the pages, clear dirty (decommitting those whose bit it cleared), set free;
+//               or, lazily (BRISK_PURGE_ADVICE=1), give them to the kernel with MADV_FREE and
+//               leave dirty set (they may still read as old data), marking them in lazy_pages.
+//   lazy_pages   set: a free page given back lazily since its last release; a lazy purge skips
+//                it (it is given back already). Changed, like dirty, only by the page's owner:
+//                set by a lazy purge, cleared by every claim and by an eager purge.
 // So the dirty bit of a free page never changes, but any read of the bitmaps before a
 // successful claim may be stale: between the read and the compare-and-swap, another thread can
 // claim the pages, write them and release them, leaving free_pages as it was. Such reads only
@@ -88,6 +93,7 @@ struct Chunk {
   std::uint64_t magic;
   std::atomic<std::uint64_t> free_pages;   // bit i set: page i is free
   std::atomic<std::uint64_t> dirty_pages;  // bit i set: free page i may hold old data (Page state)
+  std::atomic<std::uint64_t> lazy_pages;   // bit i set: free page i was given back with MADV_FREE
   std::atomic<Heap*> page_owner;           // the heap that claims pages here; null if abandoned
   Chunk* next;                              // in the page owner's list, or a global list
   Chunk* prev;
@@ -132,8 +138,9 @@ bool chunk_claim_pages_at(Chunk* c, unsigned first, unsigned n);
 extern std::atomic<void (*)(Chunk* c, unsigned first, unsigned n)> g_chunk_claim_test_hook;
 // Returns pages to the chunk. True if the chunk has become entirely free.
 bool chunk_release_pages(Chunk* c, unsigned first, unsigned n);
-// Gives the resident memory of free pages back to the OS. Returns bytes.
-std::size_t chunk_purge(Chunk* c, std::uint64_t only = ~std::uint64_t{0});
+// Gives the resident memory of free pages back to the OS. Returns bytes. lazy: with MADV_FREE
+// (pages already given back so are skipped); else with MADV_DONTNEED, lazy pages included.
+std::size_t chunk_purge(Chunk* c, std::uint64_t only = ~std::uint64_t{0}, bool lazy = false);
 // chunk_purge of every live chunk, whoever owns its pages: abandoned chunks, other heaps'. Sound
 // while their owners run, because chunk_purge claims what it decommits (see "Page state"); the
 // registry lock keeps each chunk mapped meanwhile. Returns bytes (brisk_trim).
@@ -142,7 +149,7 @@ std::size_t chunk_purge_all();
 // dirty at the previous pass and still are (so a page is purged between one and two pass
 // intervals after it was freed, and a page reused in between is spared). Sound like
 // chunk_purge_all. Returns bytes purged; *pending: free dirty pages remain for the next pass.
-std::size_t chunk_decay_all(bool* pending);
+std::size_t chunk_decay_all(bool* pending, bool lazy);
 // Unmaps every chunk in the chunk cache. Returns bytes of address space unmapped.
 std::size_t chunk_cache_flush();
 // Calls visit(c, context) for every live chunk (not the cached ones), under the registry lock,

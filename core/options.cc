@@ -34,6 +34,7 @@ constexpr Option kTable[] = {
     {Id::kRemoteBatchBytes, "BRISK_REMOTE_BATCH_BYTES", {1 * MiB, 256 * KiB, 64 * KiB}, 0, std::int64_t{1} << 30},
     {Id::kBackground, "BRISK_BACKGROUND", {0, 1, 1}, 0, 1},
     {Id::kIdleMs, "BRISK_IDLE_MS", {10000, 1000, 200}, 10, 3600 * 1000},
+    {Id::kPurgeAdvice, "BRISK_PURGE_ADVICE", {1, 0, 0}, 0, 1},
     {Id::kStats, "BRISK_STATS", {0, 0, 0}, 0, 2},
 };
 constexpr unsigned kOptionCount = static_cast<unsigned>(Id::kCount);

@@ -28,6 +28,7 @@ enum class Id : unsigned {
   kRemoteBatchBytes,  // BRISK_REMOTE_BATCH_BYTES: a remote-free batch is sent at this many bytes
   kBackground,        // BRISK_BACKGROUND: 1 runs the background thread that returns idle memory
   kIdleMs,            // BRISK_IDLE_MS: a thread cache unused this long gives back what it keeps
+  kPurgeAdvice,       // BRISK_PURGE_ADVICE: how decay purges give pages back: 0 MADV_DONTNEED, 1 MADV_FREE
   kStats,             // BRISK_STATS: 1 prints brisk_print_stats' table to stderr at exit, 2 its JSON
   kCount
 };

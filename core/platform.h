@@ -25,6 +25,11 @@ void* map(std::size_t size);
 void* map_aligned(std::size_t size, std::size_t alignment);
 void unmap(void* p, std::size_t size);
 void decommit(void* p, std::size_t size);
+// Gives the pages' contents to the kernel to take when it needs memory (Linux MADV_FREE): until
+// it does, the pages stay resident and keep their data, and a write takes them back without a
+// fault. So they read as either their old data or zeros. Falls back to decommit where MADV_FREE
+// is missing.
+void lazy_free(void* p, std::size_t size);
 // Grows or shrinks a mapping without moving it. False if the neighbouring space is taken.
 bool remap_in_place(void* p, std::size_t old_size, std::size_t new_size);
 // Moves the pages of [old_p, old_p+old_size) to target (which must be a mapping of at least

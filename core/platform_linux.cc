@@ -81,6 +81,12 @@ void decommit(void* p, std::size_t size) {
   stats::g.os_decommit_calls.fetch_add(1, std::memory_order_relaxed);
 }
 
+void lazy_free(void* p, std::size_t size) {
+  BRISK_ASSERT(reinterpret_cast<std::uintptr_t>(p) % kOsPageSize == 0 && size % kOsPageSize == 0);
+  if (madvise(p, size, MADV_FREE) != 0) madvise(p, size, MADV_DONTNEED);  // EINVAL before Linux 4.5
+  stats::g.os_decommit_calls.fetch_add(1, std::memory_order_relaxed);
+}
+
 std::size_t resident_bytes(void* p, std::size_t size) {
   // One vector byte per page; 4096 of them cover 16 MiB per call. mincore only reads page
   // tables: unlike madvise or munmap it flushes no TLB, which in a VM costs an interrupt to

@@ -185,3 +185,41 @@ TEST(Chunk, CallocReadsZerosWhenItsPagesAreReusedDuringTheClaim) {
 
 }  // namespace
 }  // namespace brisk
+
+namespace brisk {
+namespace {
+
+// A lazy purge (MADV_FREE, the speed strategy's BRISK_PURGE_ADVICE=1) leaves the pages' dirty
+// bits set, since they may still read as their old data: a claim of them must not be told they
+// read as zeros (calloc would skip its memset). A second lazy purge skips them; an eager purge
+// (brisk_trim) takes them too, and then they read as zeros.
+TEST(ChunkLazyPurge, LazyPagesStayDirtyAreSkippedByTheNextLazyPurgeAndTakenByAnEagerOne) {
+  Chunk* c = chunk_create(nullptr);
+  ASSERT_NE(c, nullptr);
+  unsigned first = chunk_claim_pages(c, 4);
+  ASSERT_NE(first, 0u);
+  std::memset(c->page_address(first), 0x5a, 4 * kPageSize);
+  chunk_release_pages(c, first, 4);
+  std::uint64_t run = ((std::uint64_t{1} << 4) - 1) << first;
+  EXPECT_EQ(chunk_purge(c, run, true), 4 * kPageSize);
+  EXPECT_EQ(chunk_purge(c, run, true), 0u) << "given back lazily already";
+  bool zeroed = true;
+  ASSERT_EQ(chunk_claim_pages_at(c, first, 4), true);
+  chunk_release_pages(c, first, 4);  // claimed and released again: dirty, not lazy
+  EXPECT_EQ(chunk_purge(c, run, true), 4 * kPageSize) << "a claim clears the lazy bits";
+  unsigned again = chunk_claim_pages(c, 4, &zeroed);
+  ASSERT_EQ(again, first);
+  EXPECT_FALSE(zeroed) << "lazily freed pages may still hold old data";
+  chunk_release_pages(c, first, 4);
+  chunk_purge(c, run, true);
+  EXPECT_EQ(chunk_purge(c, run, false), 4 * kPageSize) << "an eager purge takes lazy pages too";
+  again = chunk_claim_pages(c, 4, &zeroed);
+  ASSERT_EQ(again, first);
+  EXPECT_TRUE(zeroed);
+  EXPECT_EQ(c->page_address(first)[123], 0);
+  chunk_release_pages(c, first, 4);
+  EXPECT_TRUE(chunk_destroy(c));
+}
+
+}  // namespace
+}  // namespace brisk

@@ -183,7 +183,7 @@ std::uint64_t background_pass(std::uint64_t now) {
   chunk_destroy_empty_abandoned();
   bool pending = true;
   if (now - g_last_decay_ms >= delay) {
-    bytes += chunk_decay_all(&pending);
+    bytes += chunk_decay_all(&pending, options::get(options::Id::kPurgeAdvice) == 1);
     g_last_decay_ms = now;
   }
   g_bytes_returned.fetch_add(bytes, std::memory_order_relaxed);

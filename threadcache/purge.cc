@@ -24,12 +24,14 @@ std::size_t heap_purge(Heap* h, std::size_t keep) {
   bool age = keep == 0 || now - h->aged_at_ms >= delay;
   if (!age) return 0;
   h->aged_at_ms = now;
+  bool lazy = options::get(options::Id::kPurgeAdvice) == 1 && keep != 0;  // collect is eager
   bool kept_spare = false;
   std::size_t bytes = 0;
   for (Chunk* c = h->chunks; c != nullptr;) {
     Chunk* next = c->next;
     std::uint64_t free = c->free_pages.load(std::memory_order_acquire);
     std::uint64_t free_dirty = free & c->dirty_pages.load(std::memory_order_relaxed);
+    if (lazy) free_dirty &= ~c->lazy_pages.load(std::memory_order_relaxed);
     if (free == kAllPagesFree && kept_spare) {
       chunk_list_remove(h->chunks, c);
       if (chunk_destroy(c)) {
@@ -42,7 +44,7 @@ std::size_t heap_purge(Heap* h, std::size_t keep) {
     } else {
       kept_spare |= free == kAllPagesFree;
       std::uint64_t stale = keep == 0 ? free_dirty : free_dirty & c->aged;
-      if (stale != 0) bytes += chunk_purge(c, stale);
+      if (stale != 0) bytes += chunk_purge(c, stale, lazy);
       c->aged = free_dirty & ~stale;
     }
     c = next;
