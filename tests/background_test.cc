@@ -108,49 +108,68 @@ TEST_F(Background, FreePagesOfExitedThreadsChunksAreReturned) {
   for (void* p : kept) brisk_free(p);
 }
 
-// A worker allocates blocks, another thread frees them all (remote frees, queued to the
-// worker), and the worker stays alive without allocating again: only the background pass can
-// give those spans back.
-TEST_F(Background, FreesQueuedToAnIdleThreadAreReclaimed) {
-  Passes(3, 1000);
-  constexpr std::size_t kBytes = std::size_t{32} << 20;
+// A worker allocates kBytes in 1 KiB blocks, another thread frees them all (remote frees,
+// queued to the worker), and the worker stays alive without allocating again until destroyed.
+struct IdleWorkerWithQueuedFrees {
+  static constexpr std::size_t kBytes = std::size_t{32} << 20;
   std::mutex m;
   std::condition_variable cv;
   bool allocated = false, stop = false;
   std::vector<void*> blocks;
-  std::thread worker([&] {
-    for (std::size_t n = 0; n < kBytes; n += 1024) {
-      void* p = brisk_malloc(1024);
-      std::memset(p, 1, 1024);
-      blocks.push_back(p);
+  std::thread worker;
+
+  IdleWorkerWithQueuedFrees() {
+    worker = std::thread([this] {
+      for (std::size_t n = 0; n < kBytes; n += 1024) {
+        void* p = brisk_malloc(1024);
+        std::memset(p, 1, 1024);
+        blocks.push_back(p);
+      }
+      std::unique_lock<std::mutex> lock(m);
+      allocated = true;
+      cv.notify_all();
+      cv.wait(lock, [this] { return stop; });  // idle, alive
+    });
+    {
+      std::unique_lock<std::mutex> lock(m);
+      cv.wait(lock, [this] { return allocated; });
     }
-    std::unique_lock<std::mutex> lock(m);
-    allocated = true;
-    cv.notify_all();
-    cv.wait(lock, [&] { return stop; });  // idle, alive
-  });
-  {
-    std::unique_lock<std::mutex> lock(m);
-    cv.wait(lock, [&] { return allocated; });
+    std::thread([this] {
+      for (void* p : blocks) brisk_free(p);
+      brisk_thread_collect();  // its last partial batches go out too
+    }).join();
   }
-  std::thread([&] {
-    for (void* p : blocks) brisk_free(p);
-    brisk_thread_collect();  // its last partial batches go out too
-  }).join();
+  ~IdleWorkerWithQueuedFrees() {
+    {
+      std::lock_guard<std::mutex> lock(m);
+      stop = true;
+    }
+    cv.notify_all();
+    worker.join();
+  }
+};
+
+// Only the background pass can give those spans back.
+TEST_F(Background, FreesQueuedToAnIdleThreadAreReclaimed) {
+  Passes(3, 1000);
+  IdleWorkerWithQueuedFrees idle;
   std::size_t resident = ResidentBytes();
   // One pass notices the worker idle, the next reclaims its queue, two more purge the pages.
   Passes(4, 1000);
 #ifndef BRISK_TEST_SANITIZED
-  EXPECT_LT(ResidentBytes(), resident - kBytes * 3 / 4);
+  EXPECT_LT(ResidentBytes(), resident - IdleWorkerWithQueuedFrees::kBytes * 3 / 4);
 #endif
-  // The worker's heap has no span of those blocks left: a new allocation of the same size
-  // still works, and its memory is fresh.
-  {
-    std::lock_guard<std::mutex> lock(m);
-    stop = true;
-  }
-  cv.notify_all();
-  worker.join();
+}
+
+// brisk_trim takes them too, at once, from a thread that is not the owner.
+TEST_F(Background, TrimTakesTheFreesQueuedToOtherThreads) {
+  Passes(3, 1000);
+  IdleWorkerWithQueuedFrees idle;
+  std::size_t resident = ResidentBytes();
+  EXPECT_GE(brisk_trim(), IdleWorkerWithQueuedFrees::kBytes * 3 / 4);
+#ifndef BRISK_TEST_SANITIZED
+  EXPECT_LT(ResidentBytes(), resident - IdleWorkerWithQueuedFrees::kBytes * 3 / 4);
+#endif
 }
 
 // Reclaims racing with an owner that allocates and frees locally while another thread frees

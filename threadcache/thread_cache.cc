@@ -2,6 +2,7 @@
 // calling thread's heap in whichever state the thread is (no heap yet, attached, or exited).
 #include "core/chunk.h"
 #include "core/large.h"
+#include "threadcache/background.h"
 #include "threadcache/heap.h"
 #include "threadcache/medium.h"
 #include "threadcache/orphans.h"
@@ -24,10 +25,14 @@ std::size_t thread_collect() {
 }
 
 // The calling thread's collect first, so its emptied spans are free pages before the sweep.
-// Other heaps' spans, current or not, are left alone: their owners use them without a lock.
-// What the sweep can take from them is only their chunks' free pages (chunk_purge_all).
+// Then the frees queued to every other heap whose slow lock is free: the spans they empty are
+// given back as the background thread does for idle heaps (reclaim_queued_frees; sound whatever
+// the owner is doing). Other heaps' current spans and free lists are left alone: their owners
+// use them without a lock. The sweep takes every chunk's free pages (chunk_purge_all).
 std::size_t process_trim() {
   std::size_t bytes = thread_collect();
+  for (Heap* h = all_heaps(); h != nullptr; h = h->all_next)
+    if (h != t_heap) reclaim_queued_frees(h);
   bytes += chunk_purge_all();
   chunk_destroy_empty_abandoned();  // to the chunk cache, which goes next
   return bytes + chunk_cache_flush();
