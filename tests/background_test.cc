@@ -18,6 +18,8 @@
 #include "tests/test_util.h"
 #include "threadcache/background.h"
 #include "threadcache/heap.h"
+#include "core/chunk.h"
+#include "core/free_key.h"
 
 using namespace brisk_test;
 
@@ -170,6 +172,60 @@ TEST_F(Background, TrimTakesTheFreesQueuedToOtherThreads) {
 #ifndef BRISK_TEST_SANITIZED
   EXPECT_LT(ResidentBytes(), resident - IdleWorkerWithQueuedFrees::kBytes * 3 / 4);
 #endif
+}
+
+// The owner frees the one live block of a full span that is not installed while every other
+// block of it sits in the owner's queue, and a reclaim runs between the free's decrement of
+// used and its call to free_local_refilled (replayed step by step, as the review that found it
+// did). The reclaim must leave that span alone: the owner's call reads it. Before the fix it
+// released the span, and the owner's call released it again, emptying the heap's span list.
+TEST_F(Background, AReclaimBetweenAFreesDecrementAndItsRefillCallLeavesTheSpan) {
+  using namespace brisk;
+  auto span_of = [](void* p) {
+    auto a = reinterpret_cast<std::uintptr_t>(p);
+    return chunk_of(a)->span_of(a);
+  };
+  std::thread([&] {  // a fresh heap
+    std::vector<void*> blocks;
+    void* first = brisk_malloc(1024);
+    Span* s = span_of(first);
+    blocks.push_back(first);
+    void* next_span_block;
+    for (;;) {  // fill s: the next block comes from another span, which is installed now
+      void* p = brisk_malloc(1024);
+      if (span_of(p) != s) {
+        next_span_block = p;
+        break;
+      }
+      blocks.push_back(p);
+    }
+    Heap* h = t_heap;
+    ASSERT_NE(h->installed[s->size_class], s);
+    void* x = blocks.back();
+    blocks.pop_back();
+    std::thread([&] {
+      for (void* p : blocks) brisk_free(p);
+      brisk_thread_collect();
+    }).join();
+    ASSERT_FALSE(h->incoming.empty());
+    // free_to_own_span(h, s, x), up to and including its decrement.
+    auto a = reinterpret_cast<std::uintptr_t>(x);
+    FreeCode code = free_code(a);
+    Block* old = s->free;
+    ASSERT_EQ(old, nullptr);
+    set_link(static_cast<Block*>(x), old, code.link_mask);
+    static_cast<Block*>(x)->key = code.key;
+    s->free = static_cast<Block*>(x);
+    ASSERT_FALSE(span_used_decrement(s));
+    brisk::reclaim_queued_frees(h);
+    EXPECT_EQ(s->owner.load(), h) << "the reclaim released a span the owner is about to read";
+    free_local_refilled(h, s);
+    EXPECT_NE(h->all_spans, nullptr);
+    EXPECT_TRUE(s->listed);
+    // The queued blocks come home at the next drain: s empties and goes back, once.
+    brisk_thread_collect();
+    brisk_free(next_span_block);
+  }).join();
 }
 
 // Reclaims racing with an owner that allocates and frees locally while another thread frees

@@ -45,29 +45,48 @@ SpinLock g_pass_lock;
 std::uint64_t g_last_decay_ms = 0;
 std::uint64_t g_backoff_ms = kMinSleepMs;
 
-// Spans seen in one reclaim, with the queued blocks counted for each: an open-addressed table,
-// under g_pass_lock (zero-filled .bss, touched only when a reclaim runs). A span that does not
-// fit is left for a later pass: each pass walks the whole queue, so the table is made large
-// enough (16 Ki spans: 1 GiB of 64 KiB spans) that a big queue is not walked many times.
-constexpr unsigned kSpanSlots = 16384;
+// Spans seen in one reclaim, with the queued blocks counted for each: an open-addressed table
+// under g_pass_lock (zero-filled .bss, touched only when a reclaim runs; the slots used are
+// listed so that only they are cleared). Past 3/4 full, or past kMaxProbes, a span is left
+// for a later pass (its blocks are kept). Each reclaim walks the whole queue, so the table is
+// large enough (16 Ki spans: 1 GiB of 64 KiB spans) that a big queue is not walked often.
+constexpr unsigned kSpanSlotsLog2 = 14;
+constexpr unsigned kSpanSlots = 1u << kSpanSlotsLog2;
+constexpr unsigned kMaxSpans = kSpanSlots / 4 * 3;
+constexpr unsigned kMaxProbes = 32;
 struct SpanCount {
   Span* span;
-  std::uint32_t count;  // its blocks in the chain; kReleased once given back
+  std::uint32_t count;  // its blocks in the chain; or kReleased, kPinned
 };
-SpanCount g_span_table[kSpanSlots];
-constexpr std::uint32_t kReleased = ~std::uint32_t{0};
+constexpr std::uint32_t kReleased = ~std::uint32_t{0};  // to give back
+constexpr std::uint32_t kPinned = kReleased - 1;        // never given back in this reclaim
+struct SpanTable {
+  SpanCount slots[kSpanSlots];
+  std::uint16_t used[kMaxSpans];  // indices of the slots in use
+  unsigned count;
+} g_spans;
 
-SpanCount* find_slot(SpanCount* table, Span* s, bool insert) {
-  auto i = static_cast<unsigned>((reinterpret_cast<std::uintptr_t>(s) >> 6) * 0x9e3779b1u) % kSpanSlots;
-  for (unsigned probes = 0; probes < kSpanSlots / 2; ++probes, i = (i + 1) % kSpanSlots) {
-    if (table[i].span == s) return &table[i];
-    if (table[i].span == nullptr) {
-      if (!insert) return nullptr;
-      table[i] = SpanCount{s, 0};
-      return &table[i];
+// The slot of s, inserted if insert and there is room; nullptr if none.
+SpanCount* find_slot(Span* s, bool insert) {
+  // Fibonacci hashing of the whole address: the top bits of the product depend on every bit of
+  // it (span descriptors differ only in their chunk and index within it).
+  auto i = static_cast<unsigned>((reinterpret_cast<std::uintptr_t>(s) * 0x9e3779b97f4a7c15ull) >> (64 - kSpanSlotsLog2));
+  for (unsigned probes = 0; probes < kMaxProbes; ++probes, i = (i + 1) & (kSpanSlots - 1)) {
+    SpanCount& e = g_spans.slots[i];
+    if (e.span == s) return &e;
+    if (e.span == nullptr) {
+      if (!insert || g_spans.count == kMaxSpans) return nullptr;
+      e = SpanCount{s, 0};
+      g_spans.used[g_spans.count++] = static_cast<std::uint16_t>(i);
+      return &e;
     }
   }
   return nullptr;
+}
+
+void clear_spans() {
+  for (unsigned k = 0; k < g_spans.count; ++k) g_spans.slots[g_spans.used[k]] = SpanCount{};
+  g_spans.count = 0;
 }
 
 void* background_main(void*) {
@@ -105,28 +124,37 @@ std::size_t reclaim_locked(Heap* h) {
   if (h->incoming.empty() || !h->slow_lock.try_lock()) return 0;
   std::size_t bytes = 0;
   if (h->serving) {
-    SpanCount* table = g_span_table;
-    __builtin_memset(static_cast<void*>(table), 0, sizeof g_span_table);
     Block* chain = h->incoming.take_all();
-    // 1. Count the chain's blocks per span of h (spans past the table's room are left alone).
+    // 1. Count the chain's blocks per span of h. A block beyond its span's carved part was
+    // never handed out (a bad free the owner reports when it drains): its span is pinned, so a
+    // bogus count never releases a span under a live block.
     std::size_t taken_bytes = 0;
     for (Block* b = chain; b != nullptr; b = chain_next(b)) {
       auto a = reinterpret_cast<std::uintptr_t>(b);
       Span* s = chunk_of(a)->span_of(a);
       taken_bytes += s->block_size;
       if (s->owner.load(std::memory_order_acquire) != h) continue;
-      if (SpanCount* e = find_slot(table, s, true)) ++e->count;
+      SpanCount* e = find_slot(s, true);
+      if (e == nullptr || e->count == kPinned) continue;
+      e->count = a - reinterpret_cast<std::uintptr_t>(s->start) < s->carved_bytes ? e->count + 1 : kPinned;
     }
     // 2. A span all of whose blocks are in the chain has no live block. Acquire: the owner's
     // last free into it (a release store of used) happens before its pages change hands.
-    for (unsigned i = 0; i < kSpanSlots; ++i) {
-      SpanCount& e = table[i];
+    for (unsigned k = 0; k < g_spans.count; ++k) {
+      SpanCount& e = g_spans.slots[g_spans.used[k]];
       Span* s = e.span;
-      if (s == nullptr) continue;
+      if (e.count == kPinned) continue;
       // An installed span is the owner's to allocate from without the lock (and to count in
       // `used` without an atomic): never touched here, not even read.
       if (s->kind == SpanKind::kSmall && h->installed[s->size_class] == s) continue;
-      if (std::atomic_ref<std::uint32_t>(s->used).load(std::memory_order_acquire) == e.count) e.count = kReleased;
+      if (std::atomic_ref<std::uint32_t>(s->used).load(std::memory_order_acquire) != e.count) continue;
+      // No live block, but the owner may still be on its way to free_local_refilled for the
+      // free that just refilled a full span (its decrement done, the lock not yet taken): then
+      // s has a free block but is not listed. Left for a later pass, since that call reads s.
+      // (Any other span not installed is either listed, with free blocks, or full: the owner
+      // writes free before its release decrement, so the read below sees that write.)
+      if (s->free != nullptr && !s->listed) continue;
+      e.count = kReleased;
     }
     // 3. The other blocks go back to the queue, in one push, before any page is given away:
     // a released span's blocks are not touched again.
@@ -137,7 +165,7 @@ std::size_t reclaim_locked(Heap* h) {
       Block* next = chain_next(b);
       auto a = reinterpret_cast<std::uintptr_t>(b);
       Span* s = chunk_of(a)->span_of(a);
-      SpanCount* e = find_slot(table, s, false);
+      SpanCount* e = find_slot(s, false);
       if (e == nullptr || e->count != kReleased) {
         set_link(b, keep_head);
         keep_head = b;
@@ -149,14 +177,15 @@ std::size_t reclaim_locked(Heap* h) {
     note_chain_taken(taken_bytes);  // the statistics' bytes in queues
     if (keep_head != nullptr) send_chain(h, keep_head, keep_tail, keep_bytes);
     // 4. Give the spans back, as the owner would when their last block came home.
-    for (unsigned i = 0; i < kSpanSlots; ++i) {
-      SpanCount& e = table[i];
-      if (e.span == nullptr || e.count != kReleased) continue;
+    for (unsigned k = 0; k < g_spans.count; ++k) {
+      SpanCount& e = g_spans.slots[g_spans.used[k]];
+      if (e.count != kReleased) continue;
       Span* s = e.span;
       std::atomic_ref<std::uint32_t>(s->used).store(0, std::memory_order_relaxed);
       bytes += std::size_t{s->page_count} << kPageShift;
       heap_release_span(h, s);
     }
+    clear_spans();
   }
   h->slow_lock.unlock();
   return bytes;

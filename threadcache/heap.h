@@ -119,7 +119,11 @@ void* alloc_refill(Heap* h, unsigned size_class, std::size_t size);
 // it was freed, or by an overflow of the block before it.
 [[noreturn]] BRISK_COLD void free_list_damaged(const Block* b);
 void free_slow(void* p);
+// After a free into s by its owner h: s has just become empty (this free's own decrement of
+// used reached 0) ...
 void free_local_adjust(Heap* h, Span* s);
+// ... or s was full and has a free block again.
+void free_local_refilled(Heap* h, Span* s);
 
 inline Span* current_span(Heap* h, unsigned c) {
   return std::atomic_ref<Span*>(h->current[c]).load(std::memory_order_relaxed);
@@ -185,7 +189,7 @@ BRISK_ALWAYS_INLINE void free_to_own_span(Heap* h, Span* s, Block* b, FreeCode c
   // Two tests rather than one `||`: GCC then branches on the decrement's own flags instead of
   // saving them with a sete (two more instructions).
   if (BRISK_UNLIKELY(span_used_decrement(s))) return free_local_adjust(h, s);
-  if (BRISK_UNLIKELY(old == nullptr)) free_local_adjust(h, s);
+  if (BRISK_UNLIKELY(old == nullptr)) free_local_refilled(h, s);
 }
 
 // The span of a when a is the start of a carved block in a span h owns (a is in a brisk chunk,
@@ -205,7 +209,7 @@ BRISK_ALWAYS_INLINE Span* own_carved_span(const Heap* h, std::uintptr_t a) {
 
 // Fast path: must hold to stay here: own_carved_span finds p's span in this thread's heap and
 // p does not carry the free key. The span leaves the fast path when it becomes empty or stops
-// being full (free_local_adjust).
+// being full (free_local_adjust, free_local_refilled).
 // Slow: free_slow or a caller's wrapper of it (operator delete's names the kind it expects).
 using FreeSlowFn = void (*)(void* p);
 template <FreeSlowFn Slow = free_slow>

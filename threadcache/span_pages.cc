@@ -189,24 +189,25 @@ void retain_empty_span(Heap* h, unsigned c) {
 }  // namespace
 
 void free_local_adjust(Heap* h, Span* s) {
-  if (std::atomic_ref<std::uint32_t>(s->used).load(std::memory_order_relaxed) == 0) {
-    // No block of s is queued to h either (used counts them), so the background thread leaves
-    // s alone: its fields can be read before taking the lock.
-    // Keep the class's current span even when empty: alloc/free ping-pong stays on the fast path.
-    if (s->kind == SpanKind::kSmall && h->installed[s->size_class] == s) {
-      if (s->page_count > 1 && !h->retained[s->size_class]) {
-        HeapSlowLock lock(h);
-        retain_empty_span(h, s->size_class);
-      }
-      return;
+  // This free's own decrement made used 0, so no block of s is queued to h either (used counts
+  // them): a reclaim (background.cc) leaves s alone, and its fields can be read before taking
+  // the lock. (Reading used here instead would not do: a reclaim that released s sets it to 0.)
+  // Keep the class's current span even when empty: alloc/free ping-pong stays on the fast path.
+  if (s->kind == SpanKind::kSmall && h->installed[s->size_class] == s) {
+    if (s->page_count > 1 && !h->retained[s->size_class]) {
+      HeapSlowLock lock(h);
+      retain_empty_span(h, s->size_class);
     }
-    HeapSlowLock lock(h);
-    heap_release_span(h, s);
     return;
   }
-  // The span was full and has a free block again. Its other blocks may all sit in h's queue,
-  // and the background thread may have taken them and released s between this free's store
-  // of `used` and here: only s's owner, read under the lock, says whether s is still h's.
+  HeapSlowLock lock(h);
+  heap_release_span(h, s);
+}
+
+void free_local_refilled(Heap* h, Span* s) {
+  // s's other blocks may all sit in h's queue, and a reclaim may have taken them and released s
+  // between this free's decrement and here: only s's owner, read under the lock, says whether
+  // s is still h's. Nothing else of s is read before.
   HeapSlowLock lock(h);
   if (s->owner.load(std::memory_order_relaxed) != h) return;
   if (s->kind == SpanKind::kSmall && !s->listed && h->installed[s->size_class] != s)
