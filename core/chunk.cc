@@ -240,12 +240,16 @@ std::size_t chunk_purge_all() {
   return bytes;
 }
 
-std::size_t chunk_decay_all(bool* pending, bool lazy) {
+std::size_t chunk_decay_all(bool* pending, bool lazy, bool (*decays)(const Heap* page_owner)) {
   std::size_t bytes = 0;
   bool left = false;
   // decay_aged is written only here, under the registry lock: one pass at a time.
   LockGuard g(g_registry_lock);
   for (Chunk* c = g_registry_head; c != nullptr; c = c->reg_next) {
+    if (!decays(c->page_owner.load(std::memory_order_relaxed))) {
+      c->decay_aged = 0;
+      continue;
+    }
     std::uint64_t free_dirty = c->free_pages.load(std::memory_order_acquire) & c->dirty_pages.load(std::memory_order_relaxed);
     if (lazy) free_dirty &= ~c->lazy_pages.load(std::memory_order_relaxed);
     std::uint64_t stale = free_dirty & c->decay_aged;

@@ -149,7 +149,8 @@ std::size_t chunk_purge_all();
 // dirty at the previous pass and still are (so a page is purged between one and two pass
 // intervals after it was freed, and a page reused in between is spared). Sound like
 // chunk_purge_all. Returns bytes purged; *pending: free dirty pages remain for the next pass.
-std::size_t chunk_decay_all(bool* pending, bool lazy);
+// Only chunks whose page owner (nullptr: abandoned) passes `decays`.
+std::size_t chunk_decay_all(bool* pending, bool lazy, bool (*decays)(const Heap* page_owner));
 // Unmaps every chunk in the chunk cache. Returns bytes of address space unmapped.
 std::size_t chunk_cache_flush();
 // Calls visit(c, context) for every live chunk (not the cached ones), under the registry lock,

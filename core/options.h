@@ -27,7 +27,7 @@ enum class Id : unsigned {
   kRetainedSpans,     // BRISK_RETAINED_SPANS: emptied multi-page spans a thread keeps as current
   kRemoteBatchBytes,  // BRISK_REMOTE_BATCH_BYTES: a remote-free batch is sent at this many bytes
   kBackground,        // BRISK_BACKGROUND: 1 runs the background thread that returns idle memory
-  kIdleMs,            // BRISK_IDLE_MS: a thread cache unused this long gives back what it keeps
+  kIdleMs,            // BRISK_IDLE_MS: a heap with no slow path this long is idle (background.cc)
   kPurgeAdvice,       // BRISK_PURGE_ADVICE: how decay purges give pages back: 0 MADV_DONTNEED, 1 MADV_FREE
   kStats,             // BRISK_STATS: 1 prints brisk_print_stats' table to stderr at exit, 2 its JSON
   kCount

@@ -78,7 +78,11 @@ class alignas(BRISK_CACHELINE) Heap {
   std::uint32_t slow_depth = 0;                // owner only: nesting of HeapSlowLock
   std::atomic<std::uint32_t> slow_entries{0};  // outermost HeapSlowLocks so far (owner writes)
   bool serving = false;                        // under slow_lock: attached to a thread or borrowed
-  std::uint32_t idle_seen_entries = 0;         // the background thread's: slow_entries at its last look
+  // The background thread's own (under its pass lock): slow_entries at its last look, when it
+  // last saw them move, and whether the heap has been idle for BRISK_IDLE_MS since.
+  std::uint32_t idle_seen_entries = 0;
+  std::uint64_t idle_active_ms = 0;
+  bool idle = false;
   Heap* pool_next = nullptr;
   Heap* all_next = nullptr;  // every heap ever made, for the debug switch (never unlinked)
   std::uint32_t id = 0;
