@@ -84,6 +84,16 @@ void Quarantine::for_each(void (*visit)(const QuarantinedBlock& block, void* con
   }
 }
 
+void Quarantine::lock_all() {
+  for (Shard& shard : shards_) shard.lock.lock();
+}
+void Quarantine::unlock_all() {
+  for (Shard& shard : shards_) shard.lock.unlock();
+}
+void Quarantine::reset_locks_in_child() {
+  for (Shard& shard : shards_) shard.lock.reset_after_fork();
+}
+
 Quarantine::Totals Quarantine::totals() {
   Totals sum{0, 0};
   for (Shard& shard : shards_) {

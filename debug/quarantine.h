@@ -15,6 +15,8 @@
 //   drain(out, cap)                     takes blocks out of every shard, oldest first per shard.
 //   for_each(visit, context)            visits every quarantined block (brisk_check_heap), each
 //                                       shard under its lock.
+//   lock_all / unlock_all /             fork: every shard's lock, in shard order; released in
+//   reset_locks_in_child                the parent, reset in the child.
 //
 // Order is FIFO within a shard; a thread keeps its shard, so each thread's frees leave in the
 // order it made them. Threads share no lock on a free unless they share a shard (threads are
@@ -47,6 +49,9 @@ class Quarantine {
   std::size_t take_excess(QuarantinedBlock* out, std::size_t capacity);
   std::size_t drain(QuarantinedBlock* out, std::size_t capacity);
   void for_each(void (*visit)(const QuarantinedBlock& block, void* context), void* context);
+  void lock_all();
+  void unlock_all();
+  void reset_locks_in_child();
 
   // Totals over the shards (each read under its lock, so exact when no thread pushes).
   struct Totals {

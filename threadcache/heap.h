@@ -66,6 +66,11 @@ class alignas(BRISK_CACHELINE) Heap {
   Heap* pool_next = nullptr;
   Heap* all_next = nullptr;  // every heap ever made, for the debug switch (never unlinked)
   std::uint32_t id = 0;
+  // Debug mode (threadcache/debug_switch.h): the debug heap paired with this thread heap, made
+  // at the thread's first debug block and kept with the heap through the pool; and whether this
+  // heap is itself a debug heap.
+  Heap* debug = nullptr;
+  bool is_debug = false;
 };
 
 extern Span g_empty_span;
