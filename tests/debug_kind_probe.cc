@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string>
 
 extern "C" void free_sized(void* p, size_t size);  // C23; glibc's headers may lack it
@@ -65,6 +66,14 @@ int main() {
   Expect("delete of new[]", "delete of a block made by new[]", [] { delete Launder(new int[3]); });
   Expect("free_sized with the right size", nullptr, [] { free_sized(Launder(std::malloc(24)), 24); });
   Expect("free_sized with a wrong size", "sized free with a size", [] { free_sized(Launder(std::malloc(24)), 32); });
+  Expect("sized delete with the right size", nullptr, [] { ::operator delete(Launder(::operator new(24)), 24); });
+  Expect("sized delete with a wrong size", "sized free with a size",
+         [] { ::operator delete(Launder(::operator new(24)), 32); });
+  Expect("sized delete[] with a wrong size", "sized free with a size",
+         [] { ::operator delete[](Launder(::operator new[](100000)), 100001); });
+  Expect("sized aligned delete with a wrong size", "sized free with a size", [] {
+    ::operator delete(Launder(::operator new(40, std::align_val_t{64})), 48, std::align_val_t{64});
+  });
   brisk_debug_set_report_callback(nullptr, nullptr);
   if (g_failures == 0) std::printf("debug_kind_probe: all kinds checked\n");
   return g_failures == 0 ? 0 : 1;
