@@ -55,13 +55,13 @@ struct Header {
 namespace {
 
 constexpr std::uint64_t kMagic = 0x6272697365646267ull;
-// Large blocks start on 4 KiB boundaries, and a debug block's user pointer lies at most 4 KiB
-// past the start of its large block (alignments of at most 4 KiB), so the start of the large
-// block of user pointer a is (a - 1) rounded down to 4 KiB.
-constexpr std::uintptr_t kLargeUserWindow = 4096;
 
 constexpr std::size_t kHeaderBytes = sizeof(Header);
 static_assert(kHeaderBytes == 96 && kHeaderBytes % kMinAlign == 0, "the user pointer must keep the header's alignment");
+// A large debug block is a large block of default alignment, which starts one OS page into its
+// 4 MiB region; its user pointer lies at most kHeaderBytes + kMaxAlignment - kMinAlign further
+// on, so still in that region, the one whose region byte names the large block (header_of).
+static_assert(kOsPageSize + kHeaderBytes + kMaxAlignment - kMinAlign < kChunkSize);
 
 Quarantine g_quarantine;
 StackDepot g_depot;
@@ -129,12 +129,13 @@ Header* header_of(const void* p, bool* in_debug_memory) {
     *in_debug_memory = true;
     if (a % kMinAlign != 0 || offset < kHeaderBytes) return nullptr;
   } else {
-    if (a % kMinAlign != 0 || a < kLargeUserWindow) return nullptr;
-    std::uintptr_t start = (a - 1) & ~(kLargeUserWindow - 1);
-    std::uint8_t start_kind = region_kind(start);
-    if (!region_is_large(start_kind) || large_header_of(reinterpret_cast<void*>(start), start_kind) == nullptr)
-      return nullptr;
-    if (a - start < kHeaderBytes) return nullptr;
+    // A large block's user pointer is where its region byte says; a debug block's lies past its
+    // header, before the block's end (past it, the region may be unmapped).
+    if (a % kMinAlign != 0 || !region_is_large(kind)) return nullptr;
+    std::uintptr_t start = (a & ~kChunkMask) + region_large_offset(kind);
+    if (a < start + kHeaderBytes) return nullptr;
+    LargeHeader* lh = large_header_of(reinterpret_cast<void*>(start), kind);
+    if (lh == nullptr || a - start >= large_usable_size(reinterpret_cast<void*>(start), lh)) return nullptr;
   }
   auto* h = reinterpret_cast<Header*>(a - kHeaderBytes);
   if (load_check(h) != (kMagic ^ a)) return nullptr;
@@ -388,7 +389,7 @@ void* allocate(std::size_t size, std::size_t alignment, Kind kind, bool zero) {
     // The debug heap is the calling thread's: its spans are used without a lock.
     void* u = total <= kSmallMax    ? alloc_small(d, size_to_class(total), total)
               : total <= kMediumMax ? alloc_medium(d, total, false)
-                                    : large_alloc(total, alignment, false);
+                                    : large_alloc(total, kMinAlign, false);  // total has the slack
     if (u == nullptr) return nullptr;
     auto ua = reinterpret_cast<std::uintptr_t>(u);
     std::uintptr_t a = (ua + kHeaderBytes + alignment - 1) & ~(alignment - 1);

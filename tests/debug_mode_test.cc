@@ -131,6 +131,24 @@ TEST_F(DebugMode, CallocReturnsZeroesAndAlignedAllocMeetsTheAlignment) {
   EXPECT_EQ(ReportCount(), 0) << Reports();
 }
 
+// Alignments above 4 KiB, up to 2 MiB, get debug blocks too: small, medium and large ones.
+TEST_F(DebugMode, AlignmentsUpToTwoMiBGetDebugBlocks) {
+  for (size_t alignment : {size_t{8192}, size_t{65536}, size_t{1} << 20, size_t{2} << 20}) {
+    for (size_t size : {size_t{100}, size_t{3} << 20}) {
+      auto* p = static_cast<char*>(brisk_aligned_alloc(alignment, size));
+      ASSERT_NE(p, nullptr) << alignment << " " << size;
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % alignment, 0u) << alignment << " " << size;
+      EXPECT_EQ(brisk_usable_size(p), size) << alignment << " " << size;  // a debug block's own size
+      EXPECT_EQ(static_cast<unsigned char>(p[size - 1]), brisk::debug::kAllocByte);
+      p[size] = 'x';  // into the canary
+      brisk_free(p);
+      EXPECT_NE(Reports().find("damaged ranges: " + std::to_string(size) + "(1)"), std::string::npos)
+          << alignment << " " << size << "\n" << Reports();
+    }
+  }
+  EXPECT_EQ(ReportCount(), 8) << Reports();
+}
+
 TEST_F(DebugMode, BlocksMoveBetweenModesThroughFreeAndRealloc) {
   brisk_debug_exit();
   void* release_block = brisk_malloc(24);
