@@ -8,9 +8,12 @@
 //   push(block, bytes, evicted, cap)    puts a freed block in the calling thread's shard and
 //                                       takes out that shard's oldest blocks, into evicted (oldest
 //                                       first, up to cap >= 1): one if its ring was full, then
-//                                       while it holds more than its budget. The caller checks each
-//                                       evicted block's freed pattern and really frees it. A
-//                                       block larger than the shard's budget comes straight back.
+//                                       while it holds more than its budget, but never the block
+//                                       just pushed: a block larger than the shard's budget stays,
+//                                       alone, until the shard's next push (budget 0: the
+//                                       quarantine is off, every block comes straight back). The
+//                                       caller checks each evicted block's freed pattern and
+//                                       really frees it.
 //   take_excess(out, cap)               the rest, when push's cap was too small.
 //   drain(out, cap)                     takes blocks out of every shard, oldest first per shard.
 //   for_each(visit, context)            visits every quarantined block (brisk_check_heap), each
@@ -74,6 +77,8 @@ class Quarantine {
   Shard& my_shard();
   // The shard's oldest block, taken out. The shard's lock is held and it is not empty.
   QuarantinedBlock pop_oldest(Shard& shard);
+  // Whether push and take_excess take another block out (the shard's lock is held).
+  bool over_budget(const Shard& shard) const;
 
   Shard shards_[kShards];
   std::size_t capacity_ = 0;  // ring entries per shard
