@@ -14,7 +14,11 @@ struct Option {
   std::int64_t default_value;
   std::int64_t min;
   std::int64_t max;
+  // For an option set by name: its values' names, the value being the index (nullptr-ended).
+  const char* const* names = nullptr;
 };
+
+constexpr const char* kDebugActionNames[] = {"abort", "report", nullptr};
 
 constexpr Option kTable[] = {
     {Id::kChunkCache, "BRISK_CHUNK_CACHE", 8, 0, 4096},
@@ -26,6 +30,7 @@ constexpr Option kTable[] = {
     {Id::kDebug, "BRISK_DEBUG", 0, 0, 1},
     {Id::kDebugStackDepth, "BRISK_DEBUG_STACK_DEPTH", 8, 0, 64},
     {Id::kDebugLeaks, "BRISK_DEBUG_LEAKS", 1, 0, 1},
+    {Id::kDebugAction, "BRISK_DEBUG_ACTION", 0, 0, 1, kDebugActionNames},
 };
 constexpr unsigned kOptionCount = static_cast<unsigned>(Id::kCount);
 static_assert(sizeof kTable / sizeof kTable[0] == kOptionCount, "one row per option id");
@@ -40,8 +45,8 @@ constexpr std::int64_t kUnread = INT64_MIN;
 // Every value starts unread (set by the first get() of a process, before any thread exists
 // or racing benignly: each reader computes the same value).
 std::atomic<std::int64_t> g_values[kOptionCount] = {kUnread, kUnread, kUnread, kUnread, kUnread,
-                                                   kUnread, kUnread, kUnread, kUnread};
-static_assert(kOptionCount == 9, "give a new option its kUnread initialiser above");
+                                                   kUnread, kUnread, kUnread, kUnread, kUnread};
+static_assert(kOptionCount == 10, "give a new option its kUnread initialiser above");
 
 // Parses a decimal number with an optional k/m/g suffix. Returns false on junk.
 bool parse(const char* s, std::int64_t* out) {
@@ -61,6 +66,17 @@ bool parse(const char* s, std::int64_t* out) {
   return true;
 }
 
+// The index of s in names (nullptr-ended). Returns false if it is none of them.
+bool parse_name(const char* s, const char* const* names, std::int64_t* out) {
+  for (std::int64_t i = 0; names[i] != nullptr; ++i) {
+    if (__builtin_strcmp(s, names[i]) == 0) {
+      *out = i;
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 std::int64_t get(Id id) {
@@ -71,7 +87,8 @@ std::int64_t get(Id id) {
   v = o.default_value;
   if (const char* s = platform::get_env(o.env)) {
     std::int64_t parsed;
-    if (parse(s, &parsed) && parsed >= o.min && parsed <= o.max) {
+    bool ok = o.names != nullptr ? parse_name(s, o.names, &parsed) : parse(s, &parsed);
+    if (ok && parsed >= o.min && parsed <= o.max) {
       v = parsed;
     } else {
       static const char kMsg[] = "brisk: ignoring an invalid value of ";

@@ -18,6 +18,7 @@ enum class Id : unsigned {
   kDebug,             // BRISK_DEBUG: 1 turns debug mode on at start-up
   kDebugStackDepth,   // BRISK_DEBUG_STACK_DEPTH: frames kept per allocation and free (0: none)
   kDebugLeaks,        // BRISK_DEBUG_LEAKS: 0 turns the leak report at exit off
+  kDebugAction,       // BRISK_DEBUG_ACTION: abort (0, the default) or report (1): go on after a debug report
   kCount
 };
 

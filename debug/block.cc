@@ -16,7 +16,6 @@
 #include "core/large.h"
 #include "core/lock.h"
 #include "core/options.h"
-#include "core/platform.h"
 #include "core/size_class.h"
 #include "debug/debug_heap.h"
 #include "debug/fill_check.h"
@@ -340,8 +339,7 @@ void init() {
     stack_trace_init();
     g_depot.init(1u << 16, std::size_t{64} << 20);
   }
-  const char* action = platform::get_env("BRISK_DEBUG_ACTION");
-  g_keep_going.store(action != nullptr && std::strcmp(action, "report") == 0, std::memory_order_relaxed);
+  g_keep_going.store(options::get(options::Id::kDebugAction) == 1, std::memory_order_relaxed);
   g_quarantine.init(Quarantine::default_budget(), 1u << 16);
   fill_check_init();
   // Installed at load already, unless this runs in a constructor before debug/'s.

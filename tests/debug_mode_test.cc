@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/options.h"
 #include "debug/block.h"
 #include "tests/test_util.h"
 
@@ -265,6 +266,23 @@ TEST_F(DebugMode, AWriteAfterFreeIsFoundByCheckHeapAndAtQuarantineExit) {
   for (int i = 0; i < 160; ++i) brisk_free(brisk_malloc(1 << 20));
   EXPECT_NE(Reports().find("write after free: the freed block"), std::string::npos) << Reports();
   EXPECT_NE(Reports().find("9(1)"), std::string::npos) << Reports();
+}
+
+// BRISK_DEBUG_ACTION goes through the options table: ctest runs these two again in processes of
+// their own with the variable set (debug_action_option_*); without it they skip.
+TEST(DebugActionOption, ReportIsReadFromTheEnvironment) {
+  const char* action = getenv("BRISK_DEBUG_ACTION");
+  if (action == nullptr || std::string(action) != "report") GTEST_SKIP() << "needs BRISK_DEBUG_ACTION=report";
+  EXPECT_EQ(brisk::options::get(brisk::options::Id::kDebugAction), 1);
+}
+
+TEST(DebugActionOption, AnInvalidValueIsNamedAndIgnored) {
+  const char* action = getenv("BRISK_DEBUG_ACTION");
+  if (action == nullptr || std::string(action) != "reprot") GTEST_SKIP() << "needs BRISK_DEBUG_ACTION=reprot";
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(brisk::options::get(brisk::options::Id::kDebugAction), 0);  // abort, the default
+  EXPECT_NE(testing::internal::GetCapturedStderr().find("brisk: ignoring an invalid value of BRISK_DEBUG_ACTION"),
+            std::string::npos);
 }
 
 }  // namespace
