@@ -14,12 +14,16 @@ struct Option {
   std::int64_t by_strategy[kStrategyCount];  // default under speed, balanced, low-memory
   std::int64_t min;
   std::int64_t max;
+  // For an option set by name: its values' names, the value being the index (nullptr-ended).
+  const char* const* names = nullptr;
 };
 
 constexpr std::int64_t KiB = 1024, MiB = KiB * 1024, GiB = MiB * 1024;
 
 // The levers table of the README's "Strategy" section lists the rows whose defaults differ by
 // strategy; keep the two in step (tests/strategy_test.cc compares them with the README).
+constexpr const char* kDebugActionNames[] = {"abort", "report", nullptr};
+
 constexpr Option kTable[] = {
     {Id::kChunkCache, "BRISK_CHUNK_CACHE", {32, 8, 1}, 0, 4096},
     {Id::kLargeCacheBytes, "BRISK_LARGE_CACHE_BYTES", {4 * GiB, 4 * GiB, 4 * GiB}, 0, std::int64_t{1} << 44},
@@ -36,6 +40,7 @@ constexpr Option kTable[] = {
     {Id::kIdleMs, "BRISK_IDLE_MS", {10000, 1000, 200}, 10, 3600 * 1000},
     {Id::kPurgeAdvice, "BRISK_PURGE_ADVICE", {1, 0, 0}, 0, 1},
     {Id::kStats, "BRISK_STATS", {0, 0, 0}, 0, 2},
+    {Id::kDebugAction, "BRISK_DEBUG_ACTION", {0, 0, 0}, 0, 1, kDebugActionNames},
 };
 constexpr unsigned kOptionCount = static_cast<unsigned>(Id::kCount);
 static_assert(sizeof kTable / sizeof kTable[0] == kOptionCount, "one row per option id");
@@ -88,6 +93,17 @@ bool parse(const char* s, std::int64_t* out) {
   return true;
 }
 
+// The index of s in names (nullptr-ended). Returns false if it is none of them.
+bool parse_name(const char* s, const char* const* names, std::int64_t* out) {
+  for (std::int64_t i = 0; names[i] != nullptr; ++i) {
+    if (__builtin_strcmp(s, names[i]) == 0) {
+      *out = i;
+      return true;
+    }
+  }
+  return false;
+}
+
 // Option i's value from the environment, or kUnset.
 std::int64_t env_value(unsigned i) {
   std::int64_t v = g_env[i].load(std::memory_order_relaxed);
@@ -96,7 +112,8 @@ std::int64_t env_value(unsigned i) {
   v = kUnset;
   if (const char* s = platform::get_env(o.env)) {
     std::int64_t parsed;
-    if (parse(s, &parsed) && parsed >= o.min && parsed <= o.max) {
+    bool ok = o.names != nullptr ? parse_name(s, o.names, &parsed) : parse(s, &parsed);
+    if (ok && parsed >= o.min && parsed <= o.max) {
       v = parsed;
     } else {
       complain("brisk: ignoring an invalid value of ", o.env);

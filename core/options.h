@@ -30,6 +30,7 @@ enum class Id : unsigned {
   kIdleMs,            // BRISK_IDLE_MS: a heap with no slow path this long is idle (background.cc)
   kPurgeAdvice,       // BRISK_PURGE_ADVICE: how decay purges give pages back: 0 MADV_DONTNEED, 1 MADV_FREE
   kStats,             // BRISK_STATS: 1 prints brisk_print_stats' table to stderr at exit, 2 its JSON
+  kDebugAction,       // BRISK_DEBUG_ACTION: abort (0, the default) or report (1): go on after a debug report
   kCount
 };
 

@@ -1,6 +1,7 @@
-// Debug blocks: layout in block.h. Small and medium ones are carved from blocks of
-// g_debug_heap (threadcache/debug_switch.h) under g_debug_lock, large ones from large blocks.
-// Problems are reported outside every lock: a report callback may allocate.
+// Debug blocks: layout in block.h. Small and medium ones are carved from blocks of the calling
+// thread's debug heap (debug/debug_heap.h), without a lock; large ones from large blocks. Each
+// block is on the live list of the debug heap that made it, under that heap's lock. Problems
+// are reported outside every lock: a report callback may allocate.
 #include "debug/block.h"
 
 #include <errno.h>
@@ -15,8 +16,8 @@
 #include "core/large.h"
 #include "core/lock.h"
 #include "core/options.h"
-#include "core/platform.h"
 #include "core/size_class.h"
+#include "debug/debug_heap.h"
 #include "debug/fill_check.h"
 #include "debug/quarantine.h"
 #include "debug/report.h"
@@ -29,20 +30,13 @@
 namespace brisk::debug {
 __thread Kind t_alloc_kind __attribute__((tls_model("initial-exec"))) = Kind::kMalloc;
 
-namespace {
-
-constexpr std::uint64_t kMagic = 0x6272697365646267ull;
-// Large blocks start on 4 KiB boundaries, and a debug block's user pointer lies at most 4 KiB
-// past the start of its large block (alignments of at most 4 KiB), so the start of the large
-// block of user pointer a is (a - 1) rounded down to 4 KiB.
-constexpr std::uintptr_t kLargeUserWindow = 4096;
-
 enum class State : std::uint8_t { kLive = 1, kQuarantined = 2, kKept = 3 };
 
 struct Header {
   std::uint64_t check;  // kMagic ^ user address while live, quarantined or kept; else 0
-  Header* prev;         // the live list, under g_debug_lock
+  Header* prev;         // heap's live list, under its live_lock
   Header* next;
+  DebugHeap* heap;      // the debug heap that made the block; its live_lock guards state
   char* underlying;     // the block this one is carved from
   std::uint64_t user_size;
   std::uint64_t sequence;
@@ -54,17 +48,22 @@ struct Header {
   State state;
   std::uint16_t reserved;
   std::uint32_t checksum;  // over every field but check, prev, next and itself
-  std::uint8_t padding[8];
   std::uint8_t guard[kGuardBytes];
 };
-constexpr std::size_t kHeaderBytes = sizeof(Header);
-static_assert(kHeaderBytes % kMinAlign == 0, "the user pointer must keep the header's alignment");
 
-SpinLock& g_lock = g_debug_lock;
-Header* g_live = nullptr;  // newest first, under g_lock
+namespace {
+
+constexpr std::uint64_t kMagic = 0x6272697365646267ull;
+
+constexpr std::size_t kHeaderBytes = sizeof(Header);
+static_assert(kHeaderBytes == 96 && kHeaderBytes % kMinAlign == 0, "the user pointer must keep the header's alignment");
+// A large debug block is a large block of default alignment, which starts one OS page into its
+// 4 MiB region; its user pointer lies at most kHeaderBytes + kMaxAlignment - kMinAlign further
+// on, so still in that region, the one whose region byte names the large block (header_of).
+static_assert(kOsPageSize + kHeaderBytes + kMaxAlignment - kMinAlign < kChunkSize);
+
 Quarantine g_quarantine;
 StackDepot g_depot;
-std::atomic<std::uint64_t> g_sequence{0};
 std::atomic<std::uint32_t> g_thread_numbers{0};
 int g_stack_depth = 0;
 std::atomic<bool> g_keep_going{false};  // BRISK_DEBUG_ACTION=report
@@ -91,6 +90,7 @@ char* user_of(const Header* h) { return reinterpret_cast<char*>(const_cast<Heade
 std::uint32_t checksum_of(const Header* h) {
   std::uint64_t x = reinterpret_cast<std::uintptr_t>(h->underlying) * 0x9E3779B97F4A7C15ull;
   auto mix = [&x](std::uint64_t v) { x = (x ^ v) * 0xff51afd7ed558ccdull; x ^= x >> 29; };
+  mix(reinterpret_cast<std::uintptr_t>(h->heap));
   mix(h->user_size);
   mix(h->sequence);
   mix((std::uint64_t{h->alloc_thread} << 32) | h->free_thread);
@@ -115,9 +115,11 @@ Header* header_of(const void* p, bool* in_debug_memory) {
   std::uint8_t kind = region_kind(a);
   if (kind == kRegionChunk) {
     Span* s = chunk_of(a)->span_of(a);
-    if (s->owner.load(std::memory_order_acquire) != &g_debug_heap) return nullptr;
+    // Heaps are never unmapped: a racing owner change reads some heap's flag.
+    Heap* owner = s->owner.load(std::memory_order_acquire);
+    if (owner == nullptr || !owner->is_debug) return nullptr;
     std::uintptr_t offset = a - reinterpret_cast<std::uintptr_t>(s->start);
-    // The debug heap also takes partly used spans from the central pools (spans of exited
+    // Debug heaps also take partly used spans from the central pools (spans of exited
     // threads), whose live release blocks are freed the release way: a block start without a
     // debug header is one of those (or a double free the release checks catch).
     if (offset < s->span_bytes && s->is_block_start(offset) &&
@@ -126,12 +128,13 @@ Header* header_of(const void* p, bool* in_debug_memory) {
     *in_debug_memory = true;
     if (a % kMinAlign != 0 || offset < kHeaderBytes) return nullptr;
   } else {
-    if (a % kMinAlign != 0 || a < kLargeUserWindow) return nullptr;
-    std::uintptr_t start = (a - 1) & ~(kLargeUserWindow - 1);
-    std::uint8_t start_kind = region_kind(start);
-    if (!region_is_large(start_kind) || large_header_of(reinterpret_cast<void*>(start), start_kind) == nullptr)
-      return nullptr;
-    if (a - start < kHeaderBytes) return nullptr;
+    // A large block's user pointer is where its region byte says; a debug block's lies past its
+    // header, before the block's end (past it, the region may be unmapped).
+    if (a % kMinAlign != 0 || !region_is_large(kind)) return nullptr;
+    std::uintptr_t start = (a & ~kChunkMask) + region_large_offset(kind);
+    if (a < start + kHeaderBytes) return nullptr;
+    LargeHeader* lh = large_header_of(reinterpret_cast<void*>(start), kind);
+    if (lh == nullptr || a - start >= large_usable_size(reinterpret_cast<void*>(start), lh)) return nullptr;
   }
   auto* h = reinterpret_cast<Header*>(a - kHeaderBytes);
   if (load_check(h) != (kMagic ^ a)) return nullptr;
@@ -139,15 +142,34 @@ Header* header_of(const void* p, bool* in_debug_memory) {
   return h;
 }
 
-void link_live(Header* h) {
-  h->prev = nullptr;
-  h->next = g_live;
-  if (g_live != nullptr) g_live->prev = h;
-  g_live = h;
+constexpr const char* kDamagedHeader = "damaged header (an underrun, or a write through a stale pointer)";
+
+// The debug heap whose live_lock guards block h, read where the program cannot have damaged it
+// when possible: for a block in a chunk, its span's owner (the debug heap that made it, since a
+// debug heap keeps every span that holds one of its blocks); for a large block, the header's
+// field, trusted only if it names a debug heap. nullptr: the header is damaged.
+DebugHeap* heap_of(const Header* h) {
+  auto a = reinterpret_cast<std::uintptr_t>(h);
+  if (region_kind(a) == kRegionChunk) {
+    Heap* owner = chunk_of(a)->span_of(a)->owner.load(std::memory_order_acquire);
+    return owner != nullptr && owner->is_debug ? static_cast<DebugHeap*>(owner) : nullptr;
+  }
+  for (DebugHeap* d = first_debug_heap(); d != nullptr; d = d->registry_next)
+    if (d == h->heap) return d;
+  return nullptr;
 }
-void unlink_live(Header* h) {
+
+void link_live(DebugHeap* d, Header* h) {
+  BRISK_ASSERT(d->live_lock.is_locked());
+  h->prev = nullptr;
+  h->next = d->live;
+  if (d->live != nullptr) d->live->prev = h;
+  d->live = h;
+}
+void unlink_live(DebugHeap* d, Header* h) {
+  BRISK_ASSERT(d->live_lock.is_locked());
   if (h->prev != nullptr) h->prev->next = h->next;
-  else g_live = h->next;
+  else d->live = h->next;
   if (h->next != nullptr) h->next->prev = h->prev;
   h->prev = h->next = nullptr;
 }
@@ -158,7 +180,7 @@ const char* damage_of(const Header* h, FillDamage* damage) {
     damage->first_offset = 0;
     damage->range_count = 0;
     damage->more_ranges = false;
-    return "damaged header (an underrun, or a write through a stale pointer)";
+    return kDamagedHeader;
   }
   if (!check_fill(h->guard, kGuardBytes, kGuardByte, damage)) {
     // Offsets relative to the user pointer would be negative: name them from the guard's start.
@@ -172,7 +194,7 @@ const char* damage_of(const Header* h, FillDamage* damage) {
   return nullptr;
 }
 
-// A report's inputs, copied while the block could not change (under a lock), so that it can be
+// A report's inputs, copied while the block could not change (under its heap's live_lock), so that it can be
 // reported after the lock is dropped.
 struct Snapshot {
   const char* problem = nullptr;
@@ -229,6 +251,14 @@ void problem_at(const char* problem, const void* p) {
   problem_found(s);
 }
 
+// A block whose header names no debug heap: reported, and left where it is (no lock guards it,
+// so neither its state nor any list is touched).
+void header_damaged(const Header* h) {
+  Snapshot s;
+  take_snapshot(&s, kDamagedHeader, h, nullptr);
+  problem_found(s);
+}
+
 // Gives the block's memory back to its heap (or the OS). The block is in no list.
 void free_underlying(Header* h) {
   char* u = h->underlying;
@@ -236,25 +266,31 @@ void free_underlying(Header* h) {
   auto a = reinterpret_cast<std::uintptr_t>(u);
   std::uint8_t kind = region_kind(a);
   if (kind == kRegionChunk) {
-    LockGuard g(g_lock);
-    Span* s = chunk_of(a)->span_of(a);
-    free_to_own_span(&g_debug_heap, s, reinterpret_cast<Block*>(u), free_code(a));
+    free_in_debug_heap(u);
     return;
   }
   large_free(u, large_header_of(u, kind));
 }
 
-// A block out of the quarantine: its freed pattern is checked before its memory is reused.
+// A block out of the quarantine: its freed pattern, and its header, guard and canary (a write
+// after free may land there too), are checked before its memory is reused. No thread writes a
+// quarantined block's header meanwhile (a double free or a check only reads it).
 void leave_quarantine(Header* h) {
   FillDamage damage;
-  if (check_fill(user_of(h), h->user_size, kFreedByte, &damage)) {
-    free_underlying(h);
-    return;
+  const char* problem = damage_of(h, &damage);
+  if (problem == nullptr) {
+    if (check_fill(user_of(h), h->user_size, kFreedByte, &damage)) {
+      free_underlying(h);
+      return;
+    }
+    problem = "write after free: the freed block was written while in quarantine";
   }
+  DebugHeap* d = heap_of(h);
+  if (d == nullptr) return header_damaged(h);
   Snapshot s;
   {
-    LockGuard g(g_lock);
-    take_snapshot(&s, "write after free: the freed block was written while in quarantine", h, &damage);
+    LockGuard g(d->live_lock);
+    take_snapshot(&s, problem, h, &damage);
     h->state = State::kKept;  // never reused
     seal(h);
   }
@@ -272,6 +308,7 @@ void drain_evicted(QuarantinedBlock* out, std::size_t n) {
 
 void* hook_alloc(std::size_t size) { return allocate(size, kMinAlign, t_alloc_kind, false); }
 bool hook_free(void* p) { return release(p, Kind::kMalloc, 0); }
+void install_hooks();  // below, with the fork handlers
 
 bool kinds_match(Kind allocated, Kind freed) {
   auto family = [](Kind k) { return k == Kind::kAligned ? Kind::kMalloc : k; };
@@ -302,16 +339,38 @@ void init() {
     stack_trace_init();
     g_depot.init(1u << 16, std::size_t{64} << 20);
   }
-  const char* action = platform::get_env("BRISK_DEBUG_ACTION");
-  g_keep_going.store(action != nullptr && std::strcmp(action, "report") == 0, std::memory_order_relaxed);
+  g_keep_going.store(options::get(options::Id::kDebugAction) == 1, std::memory_order_relaxed);
   g_quarantine.init(Quarantine::default_budget(), 1u << 16);
   fill_check_init();
-  g_debug_hooks = DebugHooks{hook_alloc, hook_free};
+  // Installed at load already, unless this runs in a constructor before debug/'s.
+  if (g_debug_hooks.alloc == nullptr) install_hooks();
   g_debug_blocks_may_exist.store(true, std::memory_order_release);
   g_init_state.store(2, std::memory_order_release);
 }
 
 void set_keep_going(bool keep_going) { g_keep_going.store(keep_going, std::memory_order_relaxed); }
+
+namespace {
+
+// Runs make with the calling thread's debug heap: its thread heap's (the thread gets a heap now
+// if it has none yet), or, on a thread that has exited, a borrowed heap's, given back after.
+// nullptr when there is no memory for a heap.
+template <class Make>
+void* with_debug_heap(Make make) {
+  Heap* h = t_heap;
+  if (h == &g_exited_heap) {
+    return alloc_with_borrowed_heap([&make](Heap* borrowed) -> void* {
+      DebugHeap* d = debug_heap_of(borrowed);
+      return d != nullptr ? make(d) : nullptr;
+    });
+  }
+  if (h == &g_sentinel_heap) h = heap_for_this_thread();
+  if (h == nullptr) return nullptr;
+  DebugHeap* d = debug_heap_of(h);
+  return d != nullptr ? make(d) : nullptr;
+}
+
+}  // namespace
 
 void* allocate(std::size_t size, std::size_t alignment, Kind kind, bool zero) {
   if (alignment < kMinAlign) alignment = kMinAlign;
@@ -324,42 +383,39 @@ void* allocate(std::size_t size, std::size_t alignment, Kind kind, bool zero) {
   // slack always leave room to align the user pointer.
   std::size_t total = kHeaderBytes + (alignment - kMinAlign) + size + kGuardBytes;
   std::uint32_t stack = capture(0);
-  char* u = nullptr;
-  if (total <= kMediumMax) {
-    LockGuard g(g_lock);
-    u = static_cast<char*>(total <= kSmallMax ? alloc_small(&g_debug_heap, size_to_class(total), total)
-                                              : alloc_medium(&g_debug_heap, total, false));
-  } else {
-    u = static_cast<char*>(large_alloc(total, alignment, false));
-  }
-  if (u == nullptr) {
-    errno = ENOMEM;
-    return nullptr;
-  }
-  auto ua = reinterpret_cast<std::uintptr_t>(u);
-  std::uintptr_t user = (ua + kHeaderBytes + alignment - 1) & ~(alignment - 1);
-  auto* h = reinterpret_cast<Header*>(user - kHeaderBytes);
-  h->underlying = u;
-  h->user_size = size;
-  h->sequence = g_sequence.fetch_add(1, std::memory_order_relaxed) + 1;
-  h->alloc_thread = thread_number();
-  h->free_thread = 0;
-  h->alloc_stack = stack;
-  h->free_stack = kNoStack;
-  h->kind = kind;
-  h->state = State::kLive;
-  h->reserved = 0;
-  std::memset(h->padding, 0, sizeof h->padding);
-  std::memset(h->guard, kGuardByte, kGuardBytes);
-  seal(h);
-  std::memset(user_of(h), zero ? 0 : kAllocByte, size);
-  std::memset(user_of(h) + size, kGuardByte, kGuardBytes);
-  {
-    LockGuard g(g_lock);
-    link_live(h);
-    store_check(h, kMagic ^ user);
-  }
-  return user_of(h);
+  void* user = with_debug_heap([=](DebugHeap* d) -> void* {
+    // The debug heap is the calling thread's: its spans are used without a lock.
+    void* u = total <= kSmallMax    ? alloc_small(d, size_to_class(total), total)
+              : total <= kMediumMax ? alloc_medium(d, total, false)
+                                    : large_alloc(total, kMinAlign, false);  // total has the slack
+    if (u == nullptr) return nullptr;
+    auto ua = reinterpret_cast<std::uintptr_t>(u);
+    std::uintptr_t a = (ua + kHeaderBytes + alignment - 1) & ~(alignment - 1);
+    auto* h = reinterpret_cast<Header*>(a - kHeaderBytes);
+    h->heap = d;
+    h->underlying = static_cast<char*>(u);
+    h->user_size = size;
+    h->sequence = ++d->sequence;
+    h->alloc_thread = thread_number();
+    h->free_thread = 0;
+    h->alloc_stack = stack;
+    h->free_stack = kNoStack;
+    h->kind = kind;
+    h->state = State::kLive;
+    h->reserved = 0;
+    std::memset(h->guard, kGuardByte, kGuardBytes);
+    seal(h);
+    std::memset(user_of(h), zero ? 0 : kAllocByte, size);
+    std::memset(user_of(h) + size, kGuardByte, kGuardBytes);
+    {
+      LockGuard g(d->live_lock);
+      link_live(d, h);
+      store_check(h, kMagic ^ a);
+    }
+    return user_of(h);
+  });
+  if (user == nullptr) errno = ENOMEM;
+  return user;
 }
 
 bool usable_size(const void* p, std::size_t* size) {
@@ -382,11 +438,16 @@ bool release(void* p, Kind kind, std::size_t sized) {
     problem_at("invalid free: no debug block starts here (a pointer inside a block, or freed long ago)", p);
     return true;
   }
+  DebugHeap* d = heap_of(h);
+  if (d == nullptr) {
+    header_damaged(h);
+    return true;
+  }
   std::uint32_t stack = capture(0);
   Snapshot s;
   bool keep = false;  // a double free, or a damaged block: it does not go to the quarantine
   {
-    LockGuard g(g_lock);
+    LockGuard g(d->live_lock);
     FillDamage damage;
     if (h->state != State::kLive) {
       keep = true;
@@ -396,7 +457,7 @@ bool release(void* p, Kind kind, std::size_t sized) {
       h->free_thread = thread_number();
       h->free_stack = stack;
       take_snapshot(&s, problem, h, &damage);
-      unlink_live(h);
+      unlink_live(d, h);
       h->state = State::kKept;  // never reused
       seal(h);
     } else {
@@ -406,7 +467,7 @@ bool release(void* p, Kind kind, std::size_t sized) {
       h->free_thread = thread_number();
       h->free_stack = stack;
       if (misuse != nullptr) take_snapshot(&s, misuse, h, nullptr);
-      unlink_live(h);
+      unlink_live(d, h);
       h->state = State::kQuarantined;
       seal(h);
     }
@@ -429,15 +490,20 @@ ReallocCheck check_before_realloc(void* p, std::size_t* user_size) {
     problem_at("realloc of a pointer that is no debug block", p);
     return ReallocCheck::kBad;
   }
+  DebugHeap* d = heap_of(h);
+  if (d == nullptr) {
+    header_damaged(h);
+    return ReallocCheck::kBad;
+  }
   Snapshot s;
   {
-    LockGuard g(g_lock);
+    LockGuard g(d->live_lock);
     FillDamage damage;
     if (h->state != State::kLive) {
       take_snapshot(&s, "realloc of a freed block", h, nullptr);
     } else if (const char* problem = damage_of(h, &damage)) {
       take_snapshot(&s, problem, h, &damage);
-      unlink_live(h);
+      unlink_live(d, h);
       h->state = State::kKept;  // never reused
       seal(h);
     }
@@ -452,9 +518,14 @@ int check_block(const void* p) {
   bool in_debug_memory;
   Header* h = header_of(p, &in_debug_memory);
   if (h == nullptr) return 0;
+  DebugHeap* d = heap_of(h);
+  if (d == nullptr) {
+    header_damaged(h);
+    return 1;
+  }
   Snapshot s;
   {
-    LockGuard g(g_lock);
+    LockGuard g(d->live_lock);
     FillDamage damage;
     if (h->state == State::kLive) {
       if (const char* problem = damage_of(h, &damage)) take_snapshot(&s, problem, h, &damage);
@@ -483,17 +554,19 @@ int check_heap() {
     for (int i = 0; i < queued; ++i) emit(g_check_batch[i]);
     queued = 0;
   };
-  {
-    LockGuard g(g_lock);
-    for (Header* h = g_live; h != nullptr; h = h->next) {
-      FillDamage damage;
-      if (const char* problem = damage_of(h, &damage)) {
-        if (queued < kBatch) take_snapshot(&g_check_batch[queued++], problem, h, &damage);
-        ++damaged;
+  for (DebugHeap* d = first_debug_heap(); d != nullptr; d = d->registry_next) {
+    {
+      LockGuard g(d->live_lock);
+      for (Header* h = d->live; h != nullptr; h = h->next) {
+        FillDamage damage;
+        if (const char* problem = damage_of(h, &damage)) {
+          if (queued < kBatch) take_snapshot(&g_check_batch[queued++], problem, h, &damage);
+          ++damaged;
+        }
       }
     }
+    flush();
   }
-  flush();
   struct Visit {
     int damaged = 0;
     int* queued;
@@ -531,9 +604,9 @@ int report_leaks() {
   if (g_init_state.load(std::memory_order_acquire) != 2) return 0;
   int groups = 0;
   std::size_t ungrouped = 0, ungrouped_bytes = 0;
-  {
-    LockGuard g(g_lock);
-    for (Header* h = g_live; h != nullptr; h = h->next) {
+  for (DebugHeap* d = first_debug_heap(); d != nullptr; d = d->registry_next) {
+    LockGuard g(d->live_lock);
+    for (Header* h = d->live; h != nullptr; h = h->next) {
       int i = 0;
       while (i < groups && g_leak_groups[i].stack != h->alloc_stack) ++i;
       if (i == groups) {
@@ -601,5 +674,39 @@ int report_leaks() {
   }
   return groups;
 }
+
+namespace {
+
+// fork: every lock of the debug layer, in this order. The heap check's lock comes first: its
+// holder runs report callbacks, which may allocate and so take the others. None of the others
+// is held while another is taken, nor while a lock of the thread cache or core is.
+void fork_prepare() {
+  g_check_lock.lock();
+  heaps_lock_all();
+  g_quarantine.lock_all();
+  report_sink_lock();
+}
+void fork_parent() {
+  report_sink_unlock();
+  g_quarantine.unlock_all();
+  heaps_unlock_all();
+  g_check_lock.unlock();
+}
+void fork_child() {
+  report_sink_reset_in_child();
+  g_quarantine.reset_locks_in_child();
+  heaps_reset_in_child();
+  g_check_lock.reset_after_fork();
+}
+
+void install_hooks() { g_debug_hooks = DebugHooks{hook_alloc, hook_free, fork_prepare, fork_parent, fork_child}; }
+
+// At load, before the program starts a thread: the fork handlers read the hooks without a lock,
+// and must take the debug layer's locks from the first fork on.
+__attribute__((constructor)) void install_hooks_at_load() {
+  if (g_debug_hooks.alloc == nullptr) install_hooks();
+}
+
+}  // namespace
 
 }  // namespace brisk::debug

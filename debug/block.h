@@ -19,9 +19,10 @@ inline constexpr std::uint8_t kAllocByte = 0xA5;  // a new block (not calloc's)
 inline constexpr std::uint8_t kFreedByte = 0xDD;  // a freed block, while in quarantine
 inline constexpr std::uint8_t kGuardByte = 0xFD;  // the guard before and the canary after
 inline constexpr std::size_t kGuardBytes = 16;
-// Larger alignments get release blocks even in debug mode (header_of finds a large debug
-// block's start within 4 KiB below its user pointer).
-inline constexpr std::size_t kMaxAlignment = 4096;
+// Larger alignments (4 MiB and more) get release blocks even in debug mode: a debug block's
+// header is found through the region map, which marks only the 4 MiB region where its large
+// block starts, and a larger alignment could put the user pointer beyond that region.
+inline constexpr std::size_t kMaxAlignment = std::size_t{2} << 20;
 
 // How a block was allocated; a free must match it (free/delete/delete[]).
 enum class Kind : std::uint8_t { kMalloc, kNew, kNewArray, kAligned };
@@ -40,8 +41,8 @@ struct KindScope {
 // The debug block at user pointer p, live or in quarantine: true and its user size, or false
 // when p is not one.
 bool usable_size(const void* p, std::size_t* size);
-// nullptr with errno = ENOMEM on failure. alignment: a power of two, at most 4 KiB (larger
-// alignments get release blocks: see allocate's caller).
+// nullptr with errno = ENOMEM on failure. alignment: a power of two, at most kMaxAlignment
+// (larger alignments get release blocks: see allocate's caller).
 void* allocate(std::size_t size, std::size_t alignment, Kind kind, bool zero);
 // Frees a debug block, checking it (sized: the size the caller gave, 0 when none). False when
 // p is not a debug block nor in a debug span: the caller treats it as a release block.

@@ -35,6 +35,12 @@ Quarantine::Shard& Quarantine::my_shard() {
   return shards_[t_shard - 1];
 }
 
+bool Quarantine::over_budget(const Shard& shard) const {
+  // The newest block stays even alone over the budget (when there is one), so that a block
+  // larger than a shard's budget is quarantined too, until the shard's next push.
+  return shard.bytes > shard_budget_ && (shard.count > 1 || shard_budget_ == 0);
+}
+
 QuarantinedBlock Quarantine::pop_oldest(Shard& shard) {
   BRISK_ASSERT(shard.lock.is_locked() && shard.count > 0);
   const QuarantinedBlock oldest = shard.ring[shard.head];
@@ -54,8 +60,7 @@ std::size_t Quarantine::push(void* block, std::size_t bytes, QuarantinedBlock* e
   shard.ring[tail] = {block, bytes};
   ++shard.count;
   shard.bytes += bytes;
-  // bytes > 0 implies a block to take, so this ends.
-  while (n < capacity && shard.bytes > shard_budget_) evicted[n++] = pop_oldest(shard);
+  while (n < capacity && over_budget(shard)) evicted[n++] = pop_oldest(shard);
   return n;
 }
 
@@ -63,7 +68,7 @@ std::size_t Quarantine::take_excess(QuarantinedBlock* out, std::size_t capacity)
   Shard& shard = my_shard();
   LockGuard guard(shard.lock);
   std::size_t n = 0;
-  while (n < capacity && shard.bytes > shard_budget_) out[n++] = pop_oldest(shard);
+  while (n < capacity && over_budget(shard)) out[n++] = pop_oldest(shard);
   return n;
 }
 
@@ -82,6 +87,16 @@ void Quarantine::for_each(void (*visit)(const QuarantinedBlock& block, void* con
     for (std::size_t i = 0, at = shard.head; i < shard.count; ++i, at = at + 1 == capacity_ ? 0 : at + 1)
       visit(shard.ring[at], context);
   }
+}
+
+void Quarantine::lock_all() {
+  for (Shard& shard : shards_) shard.lock.lock();
+}
+void Quarantine::unlock_all() {
+  for (Shard& shard : shards_) shard.lock.unlock();
+}
+void Quarantine::reset_locks_in_child() {
+  for (Shard& shard : shards_) shard.lock.reset_after_fork();
 }
 
 Quarantine::Totals Quarantine::totals() {

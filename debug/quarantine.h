@@ -8,13 +8,18 @@
 //   push(block, bytes, evicted, cap)    puts a freed block in the calling thread's shard and
 //                                       takes out that shard's oldest blocks, into evicted (oldest
 //                                       first, up to cap >= 1): one if its ring was full, then
-//                                       while it holds more than its budget. The caller checks each
-//                                       evicted block's freed pattern and really frees it. A
-//                                       block larger than the shard's budget comes straight back.
+//                                       while it holds more than its budget, but never the block
+//                                       just pushed: a block larger than the shard's budget stays,
+//                                       alone, until the shard's next push (budget 0: the
+//                                       quarantine is off, every block comes straight back). The
+//                                       caller checks each evicted block's freed pattern and
+//                                       really frees it.
 //   take_excess(out, cap)               the rest, when push's cap was too small.
 //   drain(out, cap)                     takes blocks out of every shard, oldest first per shard.
 //   for_each(visit, context)            visits every quarantined block (brisk_check_heap), each
 //                                       shard under its lock.
+//   lock_all / unlock_all /             fork: every shard's lock, in shard order; released in
+//   reset_locks_in_child                the parent, reset in the child.
 //
 // Order is FIFO within a shard; a thread keeps its shard, so each thread's frees leave in the
 // order it made them. Threads share no lock on a free unless they share a shard (threads are
@@ -47,6 +52,9 @@ class Quarantine {
   std::size_t take_excess(QuarantinedBlock* out, std::size_t capacity);
   std::size_t drain(QuarantinedBlock* out, std::size_t capacity);
   void for_each(void (*visit)(const QuarantinedBlock& block, void* context), void* context);
+  void lock_all();
+  void unlock_all();
+  void reset_locks_in_child();
 
   // Totals over the shards (each read under its lock, so exact when no thread pushes).
   struct Totals {
@@ -69,6 +77,8 @@ class Quarantine {
   Shard& my_shard();
   // The shard's oldest block, taken out. The shard's lock is held and it is not empty.
   QuarantinedBlock pop_oldest(Shard& shard);
+  // Whether push and take_excess take another block out (the shard's lock is held).
+  bool over_budget(const Shard& shard) const;
 
   Shard shards_[kShards];
   std::size_t capacity_ = 0;  // ring entries per shard

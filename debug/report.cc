@@ -123,4 +123,8 @@ void set_report_callback(ReportCallback callback, void* context) {
   g_callback_context = context;
 }
 
+void report_sink_lock() { g_sink_lock.lock(); }
+void report_sink_unlock() { g_sink_lock.unlock(); }
+void report_sink_reset_in_child() { g_sink_lock.reset_after_fork(); }
+
 }  // namespace brisk::debug

@@ -70,4 +70,9 @@ void emit_report(const char* text, std::size_t length);
 using ReportCallback = void (*)(const char* text, std::size_t length, void* context);
 void set_report_callback(ReportCallback callback, void* context);
 
+// fork: the sink's lock, released in the parent, reset in the child.
+void report_sink_lock();
+void report_sink_unlock();
+void report_sink_reset_in_child();
+
 }  // namespace brisk::debug

@@ -125,17 +125,27 @@ BRISK_NOINLINE void* alloc_big_new(std::size_t size) {
   debug::KindScope scope(kKind);
   return alloc_big(size, kMinAlign, false);
 }
+// size: what a sized operator delete was given (0: an unsized one), checked against a debug
+// block's size; the fast path passes it along without looking at it.
 template <debug::Kind kKind>
-BRISK_NOINLINE void delete_slow(void* p) {
+BRISK_NOINLINE void sized_delete_slow(void* p, std::size_t size) {
   if (p != nullptr && BRISK_UNLIKELY(g_debug_blocks_may_exist.load(std::memory_order_acquire)) &&
-      debug::release(p, kKind, 0))
+      debug::release(p, kKind, size))
     return;
   free_slow(p);
+}
+template <debug::Kind kKind>
+BRISK_NOINLINE void delete_slow(void* p) {
+  sized_delete_slow<kKind>(p, 0);
 }
 
 template <debug::Kind kKind>
 BRISK_ALWAYS_INLINE void delete_impl(void* p) {
   free_fast<delete_slow<kKind>>(p);
+}
+template <debug::Kind kKind>
+BRISK_ALWAYS_INLINE void sized_delete_impl(void* p, std::size_t size) {
+  free_fast<sized_delete_slow<kKind>>(p, size);
 }
 
 template <debug::Kind kKind>
@@ -191,11 +201,11 @@ BRISK_EXPORT void operator delete(void* p) noexcept { delete_impl<debug::Kind::k
 BRISK_EXPORT void operator delete[](void* p) noexcept { delete_impl<debug::Kind::kNewArray>(p); }
 BRISK_EXPORT void operator delete(void* p, const std::nothrow_t&) noexcept { delete_impl<debug::Kind::kNew>(p); }
 BRISK_EXPORT void operator delete[](void* p, const std::nothrow_t&) noexcept { delete_impl<debug::Kind::kNewArray>(p); }
-BRISK_EXPORT void operator delete(void* p, std::size_t) noexcept { delete_impl<debug::Kind::kNew>(p); }
-BRISK_EXPORT void operator delete[](void* p, std::size_t) noexcept { delete_impl<debug::Kind::kNewArray>(p); }
+BRISK_EXPORT void operator delete(void* p, std::size_t size) noexcept { sized_delete_impl<debug::Kind::kNew>(p, size); }
+BRISK_EXPORT void operator delete[](void* p, std::size_t size) noexcept { sized_delete_impl<debug::Kind::kNewArray>(p, size); }
 BRISK_EXPORT void operator delete(void* p, std::align_val_t) noexcept { delete_impl<debug::Kind::kNew>(p); }
 BRISK_EXPORT void operator delete[](void* p, std::align_val_t) noexcept { delete_impl<debug::Kind::kNewArray>(p); }
 BRISK_EXPORT void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { delete_impl<debug::Kind::kNew>(p); }
 BRISK_EXPORT void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { delete_impl<debug::Kind::kNewArray>(p); }
-BRISK_EXPORT void operator delete(void* p, std::size_t, std::align_val_t) noexcept { delete_impl<debug::Kind::kNew>(p); }
-BRISK_EXPORT void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { delete_impl<debug::Kind::kNewArray>(p); }
+BRISK_EXPORT void operator delete(void* p, std::size_t size, std::align_val_t) noexcept { sized_delete_impl<debug::Kind::kNew>(p, size); }
+BRISK_EXPORT void operator delete[](void* p, std::size_t size, std::align_val_t) noexcept { sized_delete_impl<debug::Kind::kNewArray>(p, size); }

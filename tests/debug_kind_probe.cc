@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string>
 
 extern "C" void free_sized(void* p, size_t size);  // C23; glibc's headers may lack it
@@ -65,6 +66,25 @@ int main() {
   Expect("delete of new[]", "delete of a block made by new[]", [] { delete Launder(new int[3]); });
   Expect("free_sized with the right size", nullptr, [] { free_sized(Launder(std::malloc(24)), 24); });
   Expect("free_sized with a wrong size", "sized free with a size", [] { free_sized(Launder(std::malloc(24)), 32); });
+  Expect("sized delete with the right size", nullptr, [] { ::operator delete(Launder(::operator new(24)), 24); });
+  Expect("sized delete with a wrong size", "sized free with a size",
+         [] { ::operator delete(Launder(::operator new(24)), 32); });
+  Expect("sized delete[] with a wrong size", "sized free with a size",
+         [] { ::operator delete[](Launder(::operator new[](100000)), 100001); });
+  Expect("sized aligned delete with a wrong size", "sized free with a size", [] {
+    ::operator delete(Launder(::operator new(40, std::align_val_t{64})), 48, std::align_val_t{64});
+  });
+  // BRISK_DEBUG_ACTION=report: a free by the wrong family frees the block all the same (it goes
+  // to the quarantine), so the right free after it is a double free, and nothing is damaged.
+  int* array = Launder(new int[8]);
+  Expect("free of new[] in report mode", "free of a block made by new[]", [array] { std::free(array); });
+  Expect("then its delete[]", "brisk: double free", [array] { delete[] array; });
+  void* block = Launder(std::malloc(64));
+  Expect("delete of malloc in report mode", "delete of a block made by malloc", [block] { delete static_cast<char*>(block); });
+  Expect("then its free", "brisk: double free", [block] { std::free(block); });
+  Expect("a heap check after them", nullptr, [] {
+    if (brisk_check_heap() != 0) Collect("brisk_check_heap found damage", 29, nullptr);
+  });
   brisk_debug_set_report_callback(nullptr, nullptr);
   if (g_failures == 0) std::printf("debug_kind_probe: all kinds checked\n");
   return g_failures == 0 ? 0 : 1;

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/options.h"
 #include "debug/block.h"
 #include "tests/test_util.h"
 
@@ -131,6 +132,24 @@ TEST_F(DebugMode, CallocReturnsZeroesAndAlignedAllocMeetsTheAlignment) {
   EXPECT_EQ(ReportCount(), 0) << Reports();
 }
 
+// Alignments above 4 KiB, up to 2 MiB, get debug blocks too: small, medium and large ones.
+TEST_F(DebugMode, AlignmentsUpToTwoMiBGetDebugBlocks) {
+  for (size_t alignment : {size_t{8192}, size_t{65536}, size_t{1} << 20, size_t{2} << 20}) {
+    for (size_t size : {size_t{100}, size_t{3} << 20}) {
+      auto* p = static_cast<char*>(brisk_aligned_alloc(alignment, size));
+      ASSERT_NE(p, nullptr) << alignment << " " << size;
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % alignment, 0u) << alignment << " " << size;
+      EXPECT_EQ(brisk_usable_size(p), size) << alignment << " " << size;  // a debug block's own size
+      EXPECT_EQ(static_cast<unsigned char>(p[size - 1]), brisk::debug::kAllocByte);
+      p[size] = 'x';  // into the canary
+      brisk_free(p);
+      EXPECT_NE(Reports().find("damaged ranges: " + std::to_string(size) + "(1)"), std::string::npos)
+          << alignment << " " << size << "\n" << Reports();
+    }
+  }
+  EXPECT_EQ(ReportCount(), 8) << Reports();
+}
+
 TEST_F(DebugMode, BlocksMoveBetweenModesThroughFreeAndRealloc) {
   brisk_debug_exit();
   void* release_block = brisk_malloc(24);
@@ -185,8 +204,7 @@ TEST_F(DebugMode, CheckHeapCountsDamagedLiveBlocks) {
   EXPECT_EQ(ReportCount(), 2) << Reports();
 }
 
-// A block larger than a quarantine shard's budget (BRISK_DEBUG_QUARANTINE / 8) is not
-// quarantined: ctest runs this test with 64 MiB, so the 3 MiB large block waits there.
+// Each block waits in the quarantine (ctest runs this test with 64 MiB: 8 MiB a shard).
 TEST_F(DebugMode, ADoubleFreeIsNamedForSmallMediumAndLargeBlocks) {
   for (size_t size : {size_t{48}, size_t{300000}, size_t{3} << 20}) {
     void* p = brisk_malloc(size);
@@ -199,6 +217,18 @@ TEST_F(DebugMode, ADoubleFreeIsNamedForSmallMediumAndLargeBlocks) {
   size_t n = 0;
   for (size_t at = r.find("brisk: double free"); at != std::string::npos; at = r.find("brisk: double free", at + 1)) ++n;
   EXPECT_EQ(n, 3u) << r;
+}
+
+// Larger than a shard's share of the quarantine (64 MiB / 8 under ctest), so it waits there
+// alone until its shard's next free: its double free is still named.
+TEST_F(DebugMode, ADoubleFreeOfABlockLargerThanAQuarantineShardIsNamed) {
+  void* p = brisk_malloc(size_t{10} << 20);
+  brisk_free(p);
+  brisk_free(p);
+  EXPECT_EQ(ReportCount(), 1);
+  EXPECT_NE(Reports().find("brisk: double free"), std::string::npos) << Reports();
+  brisk_free(brisk_malloc(16));  // its shard's next free lets it go
+  EXPECT_EQ(brisk_check_heap(), 0);
 }
 
 TEST_F(DebugMode, ASizedFreeWithTheWrongSizeIsReported) {
@@ -236,6 +266,23 @@ TEST_F(DebugMode, AWriteAfterFreeIsFoundByCheckHeapAndAtQuarantineExit) {
   for (int i = 0; i < 160; ++i) brisk_free(brisk_malloc(1 << 20));
   EXPECT_NE(Reports().find("write after free: the freed block"), std::string::npos) << Reports();
   EXPECT_NE(Reports().find("9(1)"), std::string::npos) << Reports();
+}
+
+// BRISK_DEBUG_ACTION goes through the options table: ctest runs these two again in processes of
+// their own with the variable set (debug_action_option_*); without it they skip.
+TEST(DebugActionOption, ReportIsReadFromTheEnvironment) {
+  const char* action = getenv("BRISK_DEBUG_ACTION");
+  if (action == nullptr || std::string(action) != "report") GTEST_SKIP() << "needs BRISK_DEBUG_ACTION=report";
+  EXPECT_EQ(brisk::options::get(brisk::options::Id::kDebugAction), 1);
+}
+
+TEST(DebugActionOption, AnInvalidValueIsNamedAndIgnored) {
+  const char* action = getenv("BRISK_DEBUG_ACTION");
+  if (action == nullptr || std::string(action) != "reprot") GTEST_SKIP() << "needs BRISK_DEBUG_ACTION=reprot";
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(brisk::options::get(brisk::options::Id::kDebugAction), 0);  // abort, the default
+  EXPECT_NE(testing::internal::GetCapturedStderr().find("brisk: ignoring an invalid value of BRISK_DEBUG_ACTION"),
+            std::string::npos);
 }
 
 }  // namespace

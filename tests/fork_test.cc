@@ -16,11 +16,16 @@
 //                         lock) while three others fork
 //   locks                 other threads keep every brisk lock busy while the main thread forks;
 //                         each child allocates every kind of block and runs a thread
+//   debug                 the same in debug mode (run with BRISK_DEBUG=1 BRISK_DEBUG_ACTION=report):
+//                         other threads keep the debug layer's locks busy (debug heaps, the
+//                         quarantine, the report sink, brisk_check_heap); each child makes,
+//                         frees and checks debug blocks and gets the report of an overrun
 //
 // Every case arms a watchdog (alarm) that fails it on a hang instead of leaving that to ctest.
 // Written from what glibc's tests check; the iteration counts are smaller, to stay within seconds.
 #include <dlfcn.h>
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -513,28 +518,143 @@ void* ChildThread(void*) {
   _exit(0);
 }
 
-int LocksBusyFork() {
-  if (dlsym(RTLD_DEFAULT, "brisk_get_stats") == nullptr) Fail("brisk is not loaded");
-  ArmWatchdog(120);
-  pthread_t threads[] = {Spawn(LargeLoop), Spawn(MediumLoop), Spawn(ThreadChurn), Spawn(CrossFree)};
-  constexpr int kForks = 100;
+// Forks `forks` times while `threads` run; each child runs child(), which exits 0 when all went
+// well. Then stops and joins the threads and frees what they left in g_handoff.
+template <size_t kThreads>
+void ForkWhileThreadsRun(int forks, void (*child)(), pthread_t (&threads)[kThreads]) {
   double start = Now();
-  for (int i = 0; i < kForks; ++i) {
+  for (int i = 0; i < forks; ++i) {
     pid_t pid = fork();
     if (pid < 0) Fail("fork");
-    if (pid == 0) AllocateEverything();
+    if (pid == 0) child();
     int status = Reap(pid);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
       char msg[128];
       snprintf(msg, sizeof msg, "child of fork %d %s %d", i,
                WIFSIGNALED(status) ? "killed by signal" : "exited with", WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
-      Fail(msg, " (a lock held at fork was left locked in the child?)");
+      Fail(msg, " (a lock held at fork was left locked in the child? the watchdog's exit code is 1)");
     }
   }
   g_stop = true;
   for (pthread_t t : threads) pthread_join(t, nullptr);
   for (auto& h : g_handoff) free(h.exchange(nullptr));
-  fprintf(stderr, "%d forks in %.1f s\n", kForks, Now() - start);
+  fprintf(stderr, "%d forks in %.1f s\n", forks, Now() - start);
+}
+
+int LocksBusyFork() {
+  if (dlsym(RTLD_DEFAULT, "brisk_get_stats") == nullptr) Fail("brisk is not loaded");
+  ArmWatchdog(120);
+  pthread_t threads[] = {Spawn(LargeLoop), Spawn(MediumLoop), Spawn(ThreadChurn), Spawn(CrossFree)};
+  ForkWhileThreadsRun(100, AllocateEverything, threads);
+  return 0;
+}
+
+// ---- debug: every lock of the debug layer busy in other threads while the main thread forks -----
+using CheckHeapFn = int (*)();
+using ReportCallbackFn = void (*)(const char*, size_t, void*);
+using SetReportCallbackFn = void (*)(ReportCallbackFn, void*);
+CheckHeapFn g_check_heap;
+SetReportCallbackFn g_set_report_callback;
+std::atomic<long> g_debug_reports{0};
+
+void CountReport(const char*, size_t, void*) { g_debug_reports.fetch_add(1, std::memory_order_relaxed); }
+
+// A debug block that the compiler cannot see through, so no write to it is diagnosed or elided.
+char* OpaqueMalloc(size_t size) {
+  static void* volatile sink;
+  sink = malloc(size);
+  return static_cast<char*>(sink);
+}
+
+// Debug blocks of every kind made here and freed by CrossFree: the debug heaps' live locks on
+// both sides, the quarantine's shards and the remote frees back to this thread's debug heap.
+// (ThreadChurn's short-lived threads make debug blocks too: new debug heaps join the registry
+// under its lock, and exiting ones are parked.)
+void* DebugAllocator(void* arg) {
+  unsigned seed = static_cast<unsigned>(reinterpret_cast<uintptr_t>(arg));
+  for (size_t i = 0; !g_stop.load(std::memory_order_relaxed); ++i) {
+    size_t size = i % 64 == 0 ? (3 << 20) : i % 8 == 0 ? 100000 : 16 + rand_r(&seed) % 2000;
+    void* p = malloc(size);
+    if (p == nullptr) Fail("debug malloc");
+    free(g_handoff[rand_r(&seed) % kHandoff].exchange(p));
+  }
+  return nullptr;
+}
+// brisk_check_heap again and again: its lock and, in turn, every debug heap's and shard's. The
+// pause lets fork's prepare handler take the lock between two checks (a spin lock is not fair).
+void* DebugChecker(void*) {
+  while (!g_stop.load(std::memory_order_relaxed)) {
+    if (g_check_heap() != 0) Fail("brisk_check_heap found damage in the parent");
+    usleep(100);
+  }
+  return nullptr;
+}
+// A free_sized with a wrong size in a loop: a report each time (the report sink's lock); the
+// block is freed all the same, and no block is ever damaged.
+using FreeSizedFn = void (*)(void*, size_t);
+FreeSizedFn g_free_sized;
+void* DebugReporter(void*) {
+  while (!g_stop.load(std::memory_order_relaxed)) g_free_sized(malloc(24), 25);
+  return nullptr;
+}
+char g_child_report[4096];
+size_t g_child_report_length;
+void KeepReport(const char* text, size_t length, void*) {
+  if (length >= sizeof g_child_report) length = sizeof g_child_report - 1;
+  memcpy(g_child_report, text, length);
+  g_child_report[length] = '\0';
+  g_child_report_length = length;
+}
+
+void* ChildDebugThread(void*) {
+  char* p = OpaqueMalloc(40);
+  if (malloc_usable_size(p) != 40) _exit(20);
+  free(p);
+  return nullptr;
+}
+
+// A child of the forking parent: debug blocks of every kind (each of its exact size and filled
+// with the allocation byte), freed; a thread that makes one; a clean heap check over every debug
+// heap copied from the parent; and the report of an overrun through its own callback.
+[[noreturn]] void UseDebugModeInChild() {
+  alarm(10);
+  const size_t sizes[] = {1, 24, 1000, 60000, 100000, 3 << 20};
+  for (size_t size : sizes) {
+    unsigned char* p = reinterpret_cast<unsigned char*>(OpaqueMalloc(size));
+    if (p == nullptr) _exit(11);
+    if (malloc_usable_size(p) != size) _exit(12);  // a debug block: its exact size
+    if (p[0] != 0xA5 || p[size - 1] != 0xA5) _exit(13);
+    free(p);
+  }
+  pthread_t t;
+  if (pthread_create(&t, nullptr, ChildDebugThread, nullptr) != 0) _exit(14);
+  pthread_join(t, nullptr);
+  if (g_check_heap() != 0) _exit(15);
+  g_set_report_callback(KeepReport, nullptr);
+  volatile char* q = OpaqueMalloc(32);
+  q[32] = '!';
+  free(const_cast<char*>(q));
+  if (strstr(g_child_report, "brisk: overrun") == nullptr || strstr(g_child_report, "32(1)") == nullptr) {
+    Say("child: no overrun report; got: ", g_child_report);
+    _exit(16);
+  }
+  _exit(0);
+}
+
+int DebugBusyFork() {
+  auto active = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "brisk_debug_active"));
+  g_check_heap = reinterpret_cast<CheckHeapFn>(dlsym(RTLD_DEFAULT, "brisk_check_heap"));
+  g_set_report_callback = reinterpret_cast<SetReportCallbackFn>(dlsym(RTLD_DEFAULT, "brisk_debug_set_report_callback"));
+  g_free_sized = reinterpret_cast<FreeSizedFn>(dlsym(RTLD_DEFAULT, "free_sized"));
+  if (active == nullptr || g_check_heap == nullptr || g_set_report_callback == nullptr || g_free_sized == nullptr)
+    Fail("brisk is not loaded");
+  if (active() == 0) Fail("run with BRISK_DEBUG=1 BRISK_DEBUG_ACTION=report");
+  g_set_report_callback(CountReport, nullptr);
+  ArmWatchdog(120);
+  pthread_t threads[] = {Spawn(DebugAllocator, reinterpret_cast<void*>(1)), Spawn(CrossFree),
+                         Spawn(DebugChecker), Spawn(DebugReporter), Spawn(ThreadChurn)};
+  ForkWhileThreadsRun(25, UseDebugModeInChild, threads);
+  if (g_debug_reports.load() == 0) Fail("the reporter thread's wrong sizes were not reported");
   return 0;
 }
 
@@ -542,7 +662,7 @@ int LocksBusyFork() {
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    fprintf(stderr, "usage: fork_test malloc-fork-deadlock|mallocfork2|mallocfork|mallocfork3|stdio|exit|locks\n");
+    fprintf(stderr, "usage: fork_test malloc-fork-deadlock|mallocfork2|mallocfork|mallocfork3|stdio|exit|locks|debug\n");
     return 2;
   }
   g_case = argv[1];
@@ -553,7 +673,7 @@ int main(int argc, char** argv) {
   } cases[] = {{"malloc-fork-deadlock", MallocForkDeadlock}, {"mallocfork2", MallocFork2},
                {"mallocfork", MallocForkNested},          {"mallocfork3", MallocFork3},
                {"stdio", StdioFork},                      {"exit", ExitFork},
-               {"locks", LocksBusyFork}};
+               {"locks", LocksBusyFork},                  {"debug", DebugBusyFork}};
   for (const auto& c : cases)
     if (strcmp(c.name, g_case) == 0) return c.run();
   fprintf(stderr, "fork_test: unknown case %s\n", g_case);

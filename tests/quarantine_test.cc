@@ -49,7 +49,7 @@ TEST(Quarantine, BlocksLeaveInTheOrderTheyCameOnceTheBudgetIsExceeded) {
   EXPECT_EQ(left, expected);
 }
 
-TEST(Quarantine, ABigBlockPushesOutAsManyOldOnesAsItNeedsAndAHugeOneComesStraightBack) {
+TEST(Quarantine, ABigBlockPushesOutAsManyOldOnesAsItNeedsAndAHugeOneStaysAloneUntilTheNextPush) {
   Quarantine q;
   ASSERT_TRUE(q.init(kBudget, 1024));
   QuarantinedBlock out[16];
@@ -57,12 +57,16 @@ TEST(Quarantine, ABigBlockPushesOutAsManyOldOnesAsItNeedsAndAHugeOneComesStraigh
   ASSERT_EQ(q.push(Fake(11), 450, out, 16), 5u);  // 1450 bytes: blocks 1..5 leave
   for (std::uintptr_t i = 0; i < 5; ++i) EXPECT_EQ(out[i].block, Fake(i + 1));
   EXPECT_EQ(q.bytes(), 950u);
-  // Larger than the whole shard budget: everything older leaves, then the block itself.
-  ASSERT_EQ(q.push(Fake(12), 5000, out, 16), 7u);
+  // Larger than the whole shard budget: everything older leaves, the block itself stays.
+  ASSERT_EQ(q.push(Fake(12), 5000, out, 16), 6u);
   EXPECT_EQ(out[5].block, Fake(11));
-  EXPECT_EQ(out[6].block, Fake(12));
-  EXPECT_EQ(q.bytes(), 0u);
-  EXPECT_EQ(q.count(), 0u);
+  EXPECT_EQ(q.bytes(), 5000u);
+  EXPECT_EQ(q.count(), 1u);
+  EXPECT_EQ(q.take_excess(out, 16), 0u);
+  // The next push takes it out first.
+  ASSERT_EQ(q.push(Fake(13), 100, out, 16), 1u);
+  EXPECT_EQ(out[0].block, Fake(12));
+  EXPECT_EQ(q.bytes(), 100u);
 }
 
 TEST(Quarantine, WhatASmallEvictionBufferLeftIsTakenByTakeExcess) {

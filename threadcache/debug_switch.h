@@ -1,20 +1,28 @@
-// Debug mode as the thread cache sees it: the mode word, the heap that owns every debug block,
-// and the two hooks by which the slow paths hand allocations and frees up to debug/ (a lower
-// layer never includes a higher one, so debug/ installs the hooks before it turns the mode on).
+// Debug mode as the thread cache sees it: the mode word, the debug heaps that own every debug
+// block, and the hooks by which the slow paths and the fork handlers hand over to debug/ (a
+// lower layer never includes a higher one, so debug/ installs the hooks before it turns the
+// mode on).
 //
 // Zero cost when off: the fast paths read no mode word. Turning the mode on points every
 // thread heap's current spans at g_empty_span (debug_point_heaps_at_empty_span), so each
 // thread's next small allocation reaches alloc_refill, which checks the mode; medium, large
-// and aligned allocations check it in their out-of-line paths. Debug blocks live in spans
-// owned by g_debug_heap, which no thread's heap is, so free_fast's owner test refuses them and
-// every free of one reaches free_slow, which offers it to debug/ first.
+// and aligned allocations check it in their out-of-line paths.
+//
+// Debug heaps: a thread that makes debug blocks gets a debug heap of its own (a Heap with
+// is_debug set, made by debug/ and stored in the thread heap's `debug`), so debug allocation
+// and the owner's frees take no shared lock. A debug heap is no thread heap: it is never in
+// t_heap, so free_fast's owner test refuses every block in its spans and each free of a debug
+// block reaches free_slow, which offers it to debug/ first. A debug heap is never detached:
+// when its thread exits it stays paired with the thread heap in the pool, owning its spans,
+// with its queue open, and the next thread to take that heap uses it. So its spans never
+// become orphans that a thread heap could adopt, and a debug block of an exited thread stays
+// a debug block: freeable (the free reaches the debug heap's queue) and reportable.
 #pragma once
 
 #include <atomic>
 #include <cstddef>
 
 #include "core/hints.h"
-#include "core/lock.h"
 #include "threadcache/heap.h"
 
 namespace brisk {
@@ -26,16 +34,17 @@ inline bool debug_mode_on() { return g_debug_depth.load(std::memory_order_relaxe
 struct DebugHooks {
   void* (*alloc)(std::size_t size);  // a malloc-kind debug block of size bytes; errno on failure
   bool (*free)(void* p);             // true: p was a debug block (freed, or its misuse reported)
+  // The fork handlers' part for debug/: take every debug-layer lock (before the thread cache's
+  // and core's, in one fixed order), release them in the parent, reset them in the child.
+  void (*fork_prepare)();
+  void (*fork_parent)();
+  void (*fork_child)();
 };
-// Set once, before the first switch to debug mode, and never cleared.
+// Set by debug/'s constructor (before any thread of the program exists) and again by its
+// init, before the first switch to debug mode; never cleared. Each may be null before then.
 extern DebugHooks g_debug_hooks;
 // True once a debug block may exist: free_slow asks debug/ about every pointer from then on.
 extern std::atomic<bool> g_debug_blocks_may_exist;
-
-// Owns the spans of small and medium debug blocks; used only by debug/, under g_debug_lock
-// (taken before the central, chunk and large locks, and by the fork handlers before them).
-extern Heap g_debug_heap;
-extern SpinLock g_debug_lock;
 
 // Stores g_empty_span into every current span of every thread heap (relaxed atomic stores;
 // each owner keeps its span in Heap::installed). Called after the mode word changed, with a

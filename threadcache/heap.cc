@@ -19,8 +19,6 @@
 namespace brisk {
 
 constinit Span g_empty_span{.block_size = 1};
-constinit Heap g_debug_heap{&g_empty_span};
-SpinLock g_debug_lock;
 std::atomic<int> g_debug_depth{0};
 DebugHooks g_debug_hooks{};
 std::atomic<bool> g_debug_blocks_may_exist{false};
@@ -31,7 +29,7 @@ void free_list_damaged(const Block* b) {
 }
 
 BRISK_NOINLINE void* alloc_refill(Heap* h, unsigned c, std::size_t size) {
-  if (BRISK_UNLIKELY(debug_mode_on()) && h != &g_debug_heap) return g_debug_hooks.alloc(size);
+  if (BRISK_UNLIKELY(debug_mode_on()) && !h->is_debug) return g_debug_hooks.alloc(size);
   if (BRISK_UNLIKELY(!heap_is_attached(h))) {
     void* p;
     if (h == &g_exited_heap) {
@@ -73,7 +71,7 @@ BRISK_NOINLINE void* alloc_refill(Heap* h, unsigned c, std::size_t size) {
     // Pairs with the fence after a switch turned the mode on (debug_switch.h): either the mode
     // reads on here, or the switch's store of g_empty_span lands after this install.
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (BRISK_UNLIKELY(debug_mode_on()) && h != &g_debug_heap) {
+    if (BRISK_UNLIKELY(debug_mode_on()) && !h->is_debug) {
       std::atomic_ref<Span*>(h->current[c]).store(&g_empty_span, std::memory_order_relaxed);
       return g_debug_hooks.alloc(size);
     }

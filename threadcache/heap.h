@@ -93,6 +93,11 @@ class alignas(BRISK_CACHELINE) Heap {
   std::atomic<std::uint64_t> remote_frees_sent{0};      // blocks freed into other heaps' spans, sent
   std::atomic<std::uint64_t> remote_frees_received{0};  // blocks of ours others freed, taken from our queue
   std::atomic<std::uint64_t> thread_id{0};              // the attached thread's OS id; 0: none
+  // Debug mode (threadcache/debug_switch.h): the debug heap paired with this thread heap, made
+  // at the thread's first debug block and kept with the heap through the pool; and whether this
+  // heap is itself a debug heap.
+  Heap* debug = nullptr;
+  bool is_debug = false;
 };
 
 extern Span g_empty_span;
@@ -214,17 +219,18 @@ BRISK_ALWAYS_INLINE Span* own_carved_span(const Heap* h, std::uintptr_t a) {
 // Fast path: must hold to stay here: own_carved_span finds p's span in this thread's heap and
 // p does not carry the free key. The span leaves the fast path when it becomes empty or stops
 // being full (free_local_adjust, free_local_refilled).
-// Slow: free_slow or a caller's wrapper of it (operator delete's names the kind it expects).
-using FreeSlowFn = void (*)(void* p);
-template <FreeSlowFn Slow = free_slow>
-BRISK_ALWAYS_INLINE void free_fast(void* p) {
+// Slow: free_slow or a caller's wrapper of it (operator delete's names the kind it expects),
+// called with p and `extra` (a sized operator delete's size, which only a debug block checks:
+// passed through untouched).
+template <auto Slow = free_slow, class... Extra>
+BRISK_ALWAYS_INLINE void free_fast(void* p, Extra... extra) {
   auto a = reinterpret_cast<std::uintptr_t>(p);
   Heap* h = t_heap;
   Span* s = own_carved_span(h, a);
   auto* b = static_cast<Block*>(p);
-  if (BRISK_UNLIKELY(s == nullptr)) return Slow(p);
+  if (BRISK_UNLIKELY(s == nullptr)) return Slow(p, extra...);
   FreeCode code = free_code(a);
-  if (BRISK_UNLIKELY(b->key == code.key)) return Slow(p);
+  if (BRISK_UNLIKELY(b->key == code.key)) return Slow(p, extra...);
   free_to_own_span(h, s, b, code);
 }
 

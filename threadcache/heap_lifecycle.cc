@@ -140,10 +140,27 @@ void heap_detach(Heap* h) {
   drain_orphans();
 }
 
+// A thread heap's debug heap is not detached with it (debug_switch.h): it goes to the pool with
+// the heap, still owning its spans. It takes what other threads sent it and gives back the
+// spans that emptied, so a debug heap parked in the pool holds no freed block it could return.
+void park_debug_heap(Heap* h) {
+  Heap* d = h->debug;
+  if (d == nullptr) return;
+  heap_drain_incoming(d);
+  for (unsigned c = 0; c < kNumClasses; ++c) {
+    Span* s = d->installed[c];
+    if (s != &g_empty_span && s->used == 0) {
+      set_current(d, c, &g_empty_span);
+      heap_release_span(d, s);
+    }
+  }
+}
+
 void on_thread_exit(void* value) {
   auto* h = static_cast<Heap*>(value);
   if (h == nullptr) return;
   heap_detach(h);
+  park_debug_heap(h);
   // Destructors of other keys, and glibc's __libc_thread_freeres after all of them, may still
   // allocate and free on this thread; a heap attached now would never be detached again.
   t_heap = &g_exited_heap;
@@ -185,7 +202,9 @@ void atfork_prepare() {
   f.locked = !platform::single_threaded();
   if (!f.locked) return;
   f.stdio_locked = platform::stdio_list_lock();
-  g_debug_lock.lock();
+  // The debug layer's locks before the thread cache's: debug/ takes none of its own while it
+  // holds a lower one, and a report callback run under its heap-check lock may allocate.
+  if (g_debug_hooks.fork_prepare != nullptr) g_debug_hooks.fork_prepare();
   g_pool_lock.lock();
   background_locks_acquire();
   central_locks_acquire();
@@ -200,7 +219,7 @@ void atfork_parent() {
     central_locks_release();
     background_locks_release();
     g_pool_lock.unlock();
-    g_debug_lock.unlock();
+    if (g_debug_hooks.fork_parent != nullptr) g_debug_hooks.fork_parent();
     if (f.stdio_locked) platform::stdio_list_unlock();
   }
   f.locked = f.stdio_locked = false;
@@ -214,7 +233,7 @@ void atfork_child() {
     central_locks_reset_in_child();
     background_locks_reset_in_child();
     g_pool_lock.reset_after_fork();
-    g_debug_lock.reset_after_fork();
+    if (g_debug_hooks.fork_child != nullptr) g_debug_hooks.fork_child();
     if (f.stdio_locked) platform::stdio_list_reset_in_child();
   }
   f.locked = f.stdio_locked = false;
@@ -267,6 +286,7 @@ Heap* heap_borrow() {
 
 void heap_give_back(Heap* h) {
   heap_detach(h);
+  park_debug_heap(h);
   heap_pool_push(h);
 }
 

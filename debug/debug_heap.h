@@ -1,0 +1,48 @@
+// Debug heaps: one per thread that makes debug blocks, paired with its thread heap. Why they
+// are heaps of their own and how they outlive their thread: threadcache/debug_switch.h. This
+// file makes them, keeps every one in a registry that brisk_check_heap, the leak report and
+// the fork handlers walk, and gives an underlying block back to the debug heap that owns it.
+#pragma once
+
+#include <cstdint>
+
+#include "core/lock.h"
+#include "threadcache/heap.h"
+
+namespace brisk::debug {
+
+struct Header;  // a debug block's header (block.cc)
+
+struct DebugHeap : Heap {
+  DebugHeap() : Heap(&g_empty_span) { is_debug = true; }
+
+  // The live debug blocks this heap made (small, medium and large), newest first, and the
+  // state of every block it made, under live_lock: the owner takes it at each allocation, any
+  // thread at a free, realloc or check of one of its blocks, so it is uncontended unless
+  // another thread frees or checks this thread's blocks at that moment.
+  SpinLock live_lock;
+  Header* live = nullptr;
+  std::uint64_t sequence = 0;          // blocks made so far (the owner's, like the spans)
+  DebugHeap* registry_next = nullptr;  // the next older debug heap; set before publication
+};
+
+// The debug heap paired with h, an attached thread heap that the calling thread uses (its own,
+// or one it borrowed), made on first use; nullptr when out of memory.
+DebugHeap* debug_heap_of(Heap* h);
+// Every debug heap ever made, newest first: never unlinked nor unmapped, so a walk needs no
+// lock (a heap made during the walk is missed, as if made after it).
+DebugHeap* first_debug_heap();
+
+// Gives back u, a block of a span owned by a debug heap (the memory of a debug block that left
+// the quarantine): pushed on its span when the calling thread owns that debug heap, else sent
+// to the owner through the remote-free machinery (this thread's outgoing batch, or alone when
+// the thread has no heap). A debug heap's queue never closes, so it always arrives.
+void free_in_debug_heap(char* u);
+
+// fork: the registry's lock, then every debug heap's live lock, newest heap first. No debug
+// heap is made while the registry's lock is held, so none is missed.
+void heaps_lock_all();
+void heaps_unlock_all();
+void heaps_reset_in_child();
+
+}  // namespace brisk::debug
