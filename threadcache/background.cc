@@ -14,6 +14,7 @@
 #include <atomic>
 
 #include "core/chunk.h"
+#include "core/large.h"
 #include "core/lock.h"
 #include "core/options.h"
 #include "core/platform.h"
@@ -73,6 +74,7 @@ std::uint64_t background_pass(std::uint64_t now) {
   bool pending = true;
   if (now - g_last_decay_ms >= delay) {
     bytes += chunk_decay_all(&pending);
+    bytes += large_cache_decay(now, &pending);
     g_last_decay_ms = now;
   }
   g_bytes_returned.fetch_add(bytes, std::memory_order_relaxed);
