@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstring>
 
+#include "core/assert.h"
 #include "core/chunk.h"
 #include "core/config.h"
 #include "core/lock.h"
@@ -14,31 +15,50 @@ namespace brisk {
 namespace {
 
 constexpr std::uint64_t kLargeMagic = 0x6272736b6c617267ull;  // "brsklarg"
-constexpr unsigned kCacheEntries = 64;
+// Enough entries that MMtest's large test on 10 threads (10 blocks each) finds every freed
+// mapping in the cache; a full cache unmaps its oldest entry.
+constexpr unsigned kCacheEntries = 256;
+constexpr std::uint64_t kNoDirtyEntry = ~std::uint64_t{0};
 
+// A run of freed address space: one freed mapping, or several that lay side by side, merged.
+// Its first page is outside `dirty` and never decommitted: every block's user bytes start a page
+// or more past its mapping's base (placement), so only a header lies there.
 struct CacheEntry {
-  char* base;
+  char* base;              // kChunkSize-aligned, so a block carved at its front owns its region
   std::size_t size;
-  std::size_t resident;  // bytes resident when cached; 0 for a clean (decommitted) entry
-  bool dirty;            // a clean entry was decommitted and reads as zeros
+  std::size_t dirty;       // bytes past the first page that may be resident or hold old
+                           // contents: an upper bound, counted without a system call; 0: they
+                           // read as zeros ("clean")
+  std::uint64_t freed_ms;  // platform::now_ms() at the latest free into it: it ages from there
 };
 
-// The cache of freed mappings, all kChunkSize-aligned, in two budgets:
+// The cache of freed mappings, with two budgets:
 //   - address space (BRISK_LARGE_CACHE_BYTES): what reuse saves is mmap, the aligned-mapping
 //     trim and munmap, and address space costs no memory;
-//   - resident bytes (BRISK_LARGE_DIRTY_BYTES): mappings kept with their pages, so that reuse
-//     also skips the page faults. The budget counts pages really resident (mincore), not the
-//     mapping's size: a program that maps 100 MiB and touches 40 KiB of it keeps 40 KiB.
-//     Past the budget a freed mapping is decommitted (MADV_DONTNEED) before it is cached.
-//     Measured on MMtest's large test (10 threads): decommitting every freed mapping made
-//     madvise 59% of the system time, through TLB shootdowns.
-// jemalloc's retained and dirty extents follow the same two-level idea.
+//   - dirty bytes (BRISK_LARGE_DIRTY_BYTES): freed mappings are kept as they were, with whatever
+//     pages the program touched, so that reuse also skips the page faults. A freed mapping counts
+//     its whole size: measuring its resident pages with mincore on every free made the seed's
+//     large test, whose blocks are never touched, 7x slower than tcmalloc. Past the budget the
+//     oldest dirty entries are decommitted (MADV_DONTNEED) and stay cached clean.
+// Time returns the rest: large_cache_decay decommits entries that have stayed dirty for
+// BRISK_LARGE_DECAY_MS. Decommit and unmap run outside the lock, on entries taken out of the
+// cache meanwhile, so no other thread can hand one out half-decommitted.
+// Neighbouring entries merge, and a request is carved from the front of the smallest entry that
+// fits: measured on the large-replace workload (256 KiB-64 MiB blocks, 1 in 4 touched), keeping
+// each mapping apart made the cache fragment into pieces too small for the big requests, which
+// then mapped fresh memory: 906 MiB mapped and 126k page faults, against 445 MiB and 83k merged
+// (tcmalloc: 70k). A block carved across two kernel mappings (a merge can join mappings the
+// kernel keeps apart) is still sound: mremap refuses it, and realloc falls back to a copy.
+// jemalloc's retained and dirty extents, with its decay, follow the same idea.
 SpinLock g_lock;
 CacheEntry g_cache[kCacheEntries];
 unsigned g_cache_used = 0;
 std::atomic<unsigned> g_cache_entries{0};  // g_cache_used, readable without the lock
 std::size_t g_cache_bytes = 0;
 std::size_t g_dirty_bytes = 0;
+// The oldest freed_ms of a dirty entry, or kNoDirtyEntry: lets large_free and large_alloc see
+// whether a decay is due with one load and a clock read, without the lock.
+std::atomic<std::uint64_t> g_oldest_dirty_ms{kNoDirtyEntry};
 
 std::size_t round_up(std::size_t n, std::size_t a) { return (n + a - 1) & ~(a - 1); }
 
@@ -53,73 +73,182 @@ void placement(std::size_t alignment, std::size_t* offset, std::size_t* map_alig
   }
 }
 
-void remove_entry(unsigned i) {
-  const CacheEntry& e = g_cache[i];
+std::size_t option_bytes(options::Id id) { return static_cast<std::size_t>(options::get(id)); }
+
+// Under g_lock, after any change to the dirty entries.
+void refresh_oldest_dirty() {
+  std::uint64_t oldest = kNoDirtyEntry;
+  for (unsigned i = 0; i < g_cache_used; ++i)
+    if (g_cache[i].dirty != 0 && g_cache[i].freed_ms < oldest) oldest = g_cache[i].freed_ms;
+  g_oldest_dirty_ms.store(oldest, std::memory_order_relaxed);
+}
+
+// Under g_lock: takes entry i out of the cache and returns it.
+CacheEntry remove_entry(unsigned i) {
+  CacheEntry e = g_cache[i];
   g_cache_bytes -= e.size;
-  g_dirty_bytes -= e.resident;
+  g_dirty_bytes -= e.dirty;
   stats::add(stats::g.large_bytes_cached, -static_cast<std::int64_t>(e.size));
   g_cache[i] = g_cache[--g_cache_used];
   g_cache_entries.store(g_cache_used, std::memory_order_relaxed);
+  if (e.dirty != 0) refresh_oldest_dirty();
+  return e;
 }
 
-// A cached mapping of at least `need` bytes, trimmed to `need`. *clean: it reads as zeros;
-// *resident: bytes of it resident when it was cached.
-char* cache_take(std::size_t need, bool* clean, std::size_t* resident) {
-  if (g_cache_entries.load(std::memory_order_relaxed) == 0) return nullptr;
-  char* base;
-  std::size_t size;
+// Under g_lock: whether e fits in both budgets now, with the first pages of up to two
+// neighbours it may merge with counted dirty.
+bool room_for(const CacheEntry& e) {
+  return g_cache_used < kCacheEntries && g_cache_bytes + e.size <= option_bytes(options::Id::kLargeCacheBytes) &&
+         g_dirty_bytes + e.dirty + 2 * kOsPageSize <= option_bytes(options::Id::kLargeDirtyBytes);
+}
+
+// Under g_lock, with room_for(e): puts e in the cache, merged with the entries on either side.
+void insert_entry(CacheEntry e) {
+  BRISK_ASSERT(g_cache_used < kCacheEntries && (reinterpret_cast<std::uintptr_t>(e.base) & kChunkMask) == 0);
+  g_cache_bytes += e.size;  // counted before the merges, which move their neighbours' bytes in
+  g_dirty_bytes += e.dirty;
+  stats::add(stats::g.large_bytes_cached, static_cast<std::int64_t>(e.size));
+  for (unsigned i = 0; i < g_cache_used;) {
+    CacheEntry& n = g_cache[i];
+    if (n.base + n.size != e.base && e.base + e.size != n.base) {
+      ++i;
+      continue;
+    }
+    // The right one's first page, which may hold a header, is inside the merged entry.
+    std::size_t dirty = e.dirty + n.dirty + kOsPageSize;
+    e = CacheEntry{n.base < e.base ? n.base : e.base, n.size + e.size, dirty,
+                   n.freed_ms > e.freed_ms ? n.freed_ms : e.freed_ms};
+    g_dirty_bytes += kOsPageSize;
+    g_cache[i] = g_cache[--g_cache_used];  // its bytes stay counted, now in e
+  }
+  g_cache[g_cache_used++] = e;
+  g_cache_entries.store(g_cache_used, std::memory_order_relaxed);
+  refresh_oldest_dirty();
+}
+
+// Under g_lock: the index of the entry freed longest ago (only dirty ones if dirty_only), or -1.
+int oldest_entry(bool dirty_only) {
+  int oldest = -1;
+  for (unsigned i = 0; i < g_cache_used; ++i) {
+    if (dirty_only && g_cache[i].dirty == 0) continue;
+    if (oldest < 0 || g_cache[i].freed_ms < g_cache[oldest].freed_ms) oldest = static_cast<int>(i);
+  }
+  return oldest;
+}
+
+void unmap_mapping(char* base, std::size_t size) {
+  platform::unmap(base, size);
+  stats::add(stats::g.large_bytes_mapped, -static_cast<std::int64_t>(size));
+}
+
+// Drops a cached entry's pages but its first (see CacheEntry). Keeping that page keeps the page
+// table of the entry's first 2 MiB too: on this project's VM, dropping the last page of a page
+// table and faulting it back on reuse (the header write) cost more than the madvise itself
+// (perf: native_set_pmd in zap and in the fault, 29% of MMtest's large test as written with
+// every free decommitting).
+void decommit_entry(CacheEntry* e) {
+  platform::decommit(e->base + kOsPageSize, e->size - kOsPageSize);
+  e->dirty = 0;
+}
+
+// Decommits an entry taken out of the cache and puts it back clean, keeping its age; unmaps it
+// if the cache has no room for it any more.
+void decommit_and_return(CacheEntry e) {
+  decommit_entry(&e);
   {
     LockGuard g(g_lock);
-    int best = -1;
-    for (unsigned i = 0; i < g_cache_used; ++i) {
-      const CacheEntry& e = g_cache[i];
-      // Best fit, wasting at most a quarter, and dirty before clean at equal size: a dirty
-      // mapping's pages are already there.
-      if (e.size < need || e.size - need > need / 4) continue;
-      if (best < 0 || e.size < g_cache[best].size || (e.size == g_cache[best].size && e.dirty))
-        best = static_cast<int>(i);
+    if (room_for(e)) {
+      insert_entry(e);
+      return;
     }
-    if (best < 0) return nullptr;
-    base = g_cache[best].base;
-    size = g_cache[best].size;
-    *clean = !g_cache[best].dirty;
-    *resident = g_cache[best].resident;
+  }
+  unmap_mapping(e.base, e.size);
+}
+
+// A cached mapping for `need` bytes, nullptr if none fits. The smallest entry that fits wins (at
+// equal size a dirty one, whose pages are there, unless the caller wants zeros). An entry at
+// least one region larger than need rounded up to a region is split there: the front is handed
+// out, the rest stays cached, kChunkSize-aligned, so no tail is unmapped; otherwise the whole
+// entry is handed out (less than a region of address space to spare). *size: the bytes
+// handed out; *clean: all but their first page read as zeros.
+char* cache_take(std::size_t need, bool zero, std::size_t* size, bool* clean) {
+  if (g_cache_entries.load(std::memory_order_relaxed) == 0) return nullptr;
+  LockGuard g(g_lock);
+  int best = -1;
+  for (unsigned i = 0; i < g_cache_used; ++i) {
+    const CacheEntry& e = g_cache[i];
+    if (e.size < need) continue;
+    if (best < 0 || e.size < g_cache[best].size ||
+        (e.size == g_cache[best].size && (e.dirty == 0) == zero && (g_cache[best].dirty == 0) != zero))
+      best = static_cast<int>(i);
+  }
+  if (best < 0) return nullptr;
+  CacheEntry& e = g_cache[best];
+  char* base = e.base;
+  *clean = e.dirty == 0;
+  std::size_t front = round_up(need, kChunkSize);
+  if (front >= e.size || e.size - front < kChunkSize) {
+    *size = e.size;
     remove_entry(static_cast<unsigned>(best));
+    return base;
   }
-  // The caller expects exactly `need` bytes mapped: give the tail back.
-  if (size > need) {
-    platform::unmap(base + need, size - need);
-    stats::add(stats::g.large_bytes_mapped, -static_cast<std::int64_t>(size - need));
-  }
+  // The rest's dirty bytes could be anywhere in the entry: it keeps as many as it can hold.
+  std::size_t rest_dirty = e.dirty < e.size - front - kOsPageSize ? e.dirty : e.size - front - kOsPageSize;
+  g_cache_bytes -= front;
+  g_dirty_bytes -= e.dirty - rest_dirty;
+  stats::add(stats::g.large_bytes_cached, -static_cast<std::int64_t>(front));
+  e.base += front;
+  e.size -= front;
+  e.dirty = rest_dirty;
+  if (rest_dirty == 0) refresh_oldest_dirty();
+  *size = front;
   return base;
 }
 
-bool cache_put(char* base, std::size_t size) {
-  std::size_t limit = static_cast<std::size_t>(options::get(options::Id::kLargeCacheBytes));
-  std::size_t dirty_limit = static_cast<std::size_t>(options::get(options::Id::kLargeDirtyBytes));
-  if (size > limit) return false;
-  std::size_t resident = platform::resident_bytes(base, size);
-  {
-    LockGuard g(g_lock);
-    if (g_cache_used == kCacheEntries || g_cache_bytes + size > limit) return false;
-    if (g_dirty_bytes + resident <= dirty_limit) {
-      g_cache[g_cache_used++] = CacheEntry{base, size, resident, true};
-      g_cache_bytes += size;
-      g_dirty_bytes += resident;
-      g_cache_entries.store(g_cache_used, std::memory_order_relaxed);
-      stats::add(stats::g.large_bytes_cached, static_cast<std::int64_t>(size));
-      return true;
+// Caches a freed mapping as it is, making room first: past the entry count or the address
+// budget the oldest entries are unmapped, past the dirty budget the oldest dirty ones are
+// decommitted. False if it cannot be cached at all (the caller unmaps it).
+bool cache_put(char* base, std::size_t size, std::uint64_t now) {
+  if (size > option_bytes(options::Id::kLargeCacheBytes)) return false;
+  CacheEntry entry{base, size, size - kOsPageSize, now};
+  if (entry.dirty + 2 * kOsPageSize > option_bytes(options::Id::kLargeDirtyBytes)) {
+    // Decommit before the mapping becomes visible in the cache: another thread may take it at once.
+    decommit_entry(&entry);
+  }
+  for (;;) {
+    CacheEntry victim;
+    bool unmap_victim;
+    {
+      LockGuard g(g_lock);
+      if (room_for(entry)) {
+        insert_entry(entry);
+        return true;
+      }
+      // A strategy switch may have lowered a budget below this entry since it was checked.
+      if (size > option_bytes(options::Id::kLargeCacheBytes) ||
+          entry.dirty + 2 * kOsPageSize > option_bytes(options::Id::kLargeDirtyBytes))
+        return false;
+      unmap_victim = g_cache_used == kCacheEntries ||
+                     g_cache_bytes + size > option_bytes(options::Id::kLargeCacheBytes);
+      int i = oldest_entry(/*dirty_only=*/!unmap_victim);
+      BRISK_ASSERT(i >= 0);  // over a budget that the entry alone fits: another entry holds the excess
+      victim = remove_entry(static_cast<unsigned>(i));
+    }
+    if (unmap_victim) {
+      unmap_mapping(victim.base, victim.size);
+    } else {
+      decommit_and_return(victim);
     }
   }
-  // Decommit before the mapping becomes visible in the cache: another thread may take it at once.
-  platform::decommit(base, size);
-  LockGuard g(g_lock);
-  if (g_cache_used == kCacheEntries || g_cache_bytes + size > limit) return false;
-  g_cache[g_cache_used++] = CacheEntry{base, size, 0, false};
-  g_cache_bytes += size;
-  g_cache_entries.store(g_cache_used, std::memory_order_relaxed);
-  stats::add(stats::g.large_bytes_cached, static_cast<std::int64_t>(size));
-  return true;
+}
+
+// Runs a decay if the oldest dirty entry has aged past the delay (one load when none is dirty).
+void decay_if_due() {
+  std::uint64_t oldest = g_oldest_dirty_ms.load(std::memory_order_relaxed);
+  if (oldest == kNoDirtyEntry) return;
+  std::uint64_t now = platform::now_ms();
+  if (now >= oldest && now - oldest >= static_cast<std::uint64_t>(options::get(options::Id::kLargeDecayMs)))
+    large_cache_decay(now, nullptr);
 }
 
 void* finish(char* base, std::size_t map_size, std::size_t offset, std::size_t map_align) {
@@ -146,15 +275,16 @@ void* large_alloc(std::size_t size, std::size_t alignment, bool zero) {
     return nullptr;
   std::size_t need = round_up(offset + size, kOsPageSize);
   bool clean = false;
-  std::size_t resident = 0;
-  char* base = map_align == kChunkSize ? cache_take(need, &clean, &resident) : nullptr;
+  std::size_t map_size = need;
+  char* base = map_align == kChunkSize ? cache_take(need, zero, &map_size, &clean) : nullptr;
   if (base != nullptr) {
     // A reused dirty mapping holds old contents. For calloc: writing zeros over pages that are
     // resident is far cheaper than dropping them and faulting them back (measured: a 4 MiB
     // calloc touched page by page took 12.4 ms after MADV_DONTNEED, against 82 us for a memset
-    // of resident memory under mimalloc); a mostly untouched mapping is dropped instead.
+    // of resident memory under mimalloc); a mostly untouched mapping is dropped instead. The
+    // mincore that tells them apart is paid here, by calloc, which must zero or drop anyway.
     if (zero && !clean) {
-      if (resident >= (need - offset) / 2) {
+      if (platform::resident_bytes(base + offset, need - offset) >= (need - offset) / 2) {
         std::memset(base + offset, 0, size);
       } else {
         platform::decommit(base + offset, need - offset);
@@ -164,8 +294,9 @@ void* large_alloc(std::size_t size, std::size_t alignment, bool zero) {
     base = static_cast<char*>(platform::map_aligned(need, map_align));
     if (base == nullptr) return nullptr;
     stats::add(stats::g.large_bytes_mapped, static_cast<std::int64_t>(need));
+    decay_if_due();
   }
-  return finish(base, need, offset, map_align);
+  return finish(base, map_size, offset, map_align);
 }
 
 LargeHeader* large_header_of(const void* p, std::uint8_t kind) {
@@ -190,9 +321,11 @@ void large_free(void* p, LargeHeader* h) {
   region_set(reinterpret_cast<std::uintptr_t>(p), kRegionNone);
   stats::add(stats::g.large_live_blocks, -1);
   stats::add(stats::g.large_bytes_in_use, -static_cast<std::int64_t>(large_usable_size(p, h)));
-  if (cacheable && cache_put(base, size)) return;
-  platform::unmap(base, size);
-  stats::add(stats::g.large_bytes_mapped, -static_cast<std::int64_t>(size));
+  if (cacheable && cache_put(base, size, platform::now_ms())) {
+    decay_if_due();
+    return;
+  }
+  unmap_mapping(base, size);
 }
 
 std::atomic<void (*)(void*)> g_large_moved_test_hook{nullptr};
@@ -244,14 +377,33 @@ void* large_realloc(void* p, LargeHeader* h, std::size_t new_size) {
   return np;
 }
 
+std::size_t large_cache_decay(std::uint64_t now_ms, bool* pending) {
+  auto delay = static_cast<std::uint64_t>(options::get(options::Id::kLargeDecayMs));
+  std::size_t bytes = 0;
+  for (;;) {
+    CacheEntry aged;
+    {
+      LockGuard g(g_lock);
+      int i = oldest_entry(/*dirty_only=*/true);
+      if (i < 0) return bytes;
+      std::uint64_t freed = g_cache[i].freed_ms;
+      if (now_ms < freed || now_ms - freed < delay) {
+        if (pending != nullptr) *pending = true;
+        return bytes;
+      }
+      aged = remove_entry(static_cast<unsigned>(i));
+    }
+    bytes += aged.dirty;
+    decommit_and_return(aged);
+  }
+}
+
 std::size_t large_cache_flush() {
   LockGuard g(g_lock);
   std::size_t bytes = 0;
   while (g_cache_used > 0) {
-    CacheEntry e = g_cache[g_cache_used - 1];
-    remove_entry(g_cache_used - 1);
-    platform::unmap(e.base, e.size);
-    stats::add(stats::g.large_bytes_mapped, -static_cast<std::int64_t>(e.size));
+    CacheEntry e = remove_entry(g_cache_used - 1);
+    unmap_mapping(e.base, e.size);
     bytes += e.size;
   }
   return bytes;

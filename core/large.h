@@ -1,5 +1,6 @@
 // Large blocks (> kMediumMax, or alignment beyond what spans serve): mapped from the OS, page
-// aligned, one mapping per block, reused through a bounded cache of recently freed mappings.
+// aligned, one mapping per block, reused through a bounded cache of recently freed mappings
+// (large.cc: its budgets, its decay, and how a larger mapping is split for reuse).
 //
 // Layout: [base ... header page | user block ...]. The header sits in the 4 KiB page just below
 // the user pointer p, and the region map marks p's 4 MiB region, which this mapping owns
@@ -35,6 +36,11 @@ void* large_realloc(void* p, LargeHeader* h, std::size_t new_size);
 // moved a block's pages away, so a test can stand in for another thread mapping a block there.
 extern std::atomic<void (*)(void* old_p)> g_large_moved_test_hook;
 
+// Decommits the cached mappings that have stayed dirty for BRISK_LARGE_DECAY_MS or longer at
+// now_ms (platform::now_ms()). Returns bytes decommitted; *pending (if given) is set when dirty
+// mappings remain to age. Run by the background thread each pass, and by large_free and
+// large_alloc's mapping path when the oldest dirty mapping is due.
+std::size_t large_cache_decay(std::uint64_t now_ms, bool* pending = nullptr);
 // Returns every cached mapping to the OS. Returns bytes unmapped.
 std::size_t large_cache_flush();
 // Bytes of the cached mappings that were resident when they were cached (mincore then).

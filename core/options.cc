@@ -26,8 +26,18 @@ constexpr const char* kDebugActionNames[] = {"abort", "report", nullptr};
 
 constexpr Option kTable[] = {
     {Id::kChunkCache, "BRISK_CHUNK_CACHE", {32, 8, 1}, 0, 4096},
-    {Id::kLargeCacheBytes, "BRISK_LARGE_CACHE_BYTES", {4 * GiB, 4 * GiB, 4 * GiB}, 0, std::int64_t{1} << 44},
-    {Id::kLargeDirtyBytes, "BRISK_LARGE_DIRTY_BYTES", {64 * MiB, 64 * MiB, 64 * MiB}, 0, std::int64_t{1} << 44},
+    // The large cache (core/large.cc). Its address space costs no memory, only the mmap, trim
+    // and munmap that reuse saves; MMtest's large test on 10 threads cycles up to 10 x 550 MiB.
+    {Id::kLargeCacheBytes, "BRISK_LARGE_CACHE_BYTES", {16 * GiB, 4 * GiB, 1 * GiB}, 0, std::int64_t{1} << 44},
+    // Counted by size, so untouched blocks count too: a budget below the blocks a program
+    // cycles turns each free into a madvise (low-memory at 256m ran MMtest's large test as
+    // written on 10 threads in over 8 s, against 0.2-0.4 s at 1g). So even low-memory keeps 1g,
+    // and returns memory through its short decay instead.
+    {Id::kLargeDirtyBytes, "BRISK_LARGE_DIRTY_BYTES", {8 * GiB, 2 * GiB, 1 * GiB}, 0, std::int64_t{1} << 44},
+    // A large block freed and not reused is all page faults to fill again: speed keeps it 10 s
+    // (jemalloc's dirty decay), balanced 1 s, low-memory 50 ms (its background thread passes
+    // every purge delay while anything is left to age).
+    {Id::kLargeDecayMs, "BRISK_LARGE_DECAY_MS", {10000, 1000, 50}, 0, 3600 * 1000},
     {Id::kPurgeBytes, "BRISK_PURGE_BYTES", {32 * MiB, 8 * MiB, 1 * MiB}, 0, std::int64_t{1} << 44},
     {Id::kPurgeDelayMs, "BRISK_PURGE_DELAY_MS", {2000, 100, 10}, 0, 3600 * 1000},
     {Id::kDebugQuarantine, "BRISK_DEBUG_QUARANTINE", {16 * MiB, 16 * MiB, 16 * MiB}, 0, std::int64_t{1} << 40},

@@ -17,7 +17,8 @@ namespace brisk::options {
 enum class Id : unsigned {
   kChunkCache,        // BRISK_CHUNK_CACHE: empty 4 MiB chunks kept mapped (decommitted) process-wide
   kLargeCacheBytes,   // BRISK_LARGE_CACHE_BYTES: address space of freed large blocks kept for reuse
-  kLargeDirtyBytes,   // BRISK_LARGE_DIRTY_BYTES: of which kept with their pages resident
+  kLargeDirtyBytes,   // BRISK_LARGE_DIRTY_BYTES: of which kept as freed (counted by size)
+  kLargeDecayMs,      // BRISK_LARGE_DECAY_MS: how long a freed large block stays resident unused
   kPurgeBytes,        // BRISK_PURGE_BYTES: span bytes a thread releases between purge checks
   kPurgeDelayMs,      // BRISK_PURGE_DELAY_MS: how long a free page stays resident unused before purge
   kDebugQuarantine,   // BRISK_DEBUG_QUARANTINE: bytes of freed debug blocks held back before reuse

@@ -93,6 +93,7 @@ std::size_t resident_bytes(void* p, std::size_t size) {
   // every other CPU.
   unsigned char vec[4096];
   std::size_t resident = 0;
+  stats::g.os_resident_calls.fetch_add(1, std::memory_order_relaxed);
   char* c = static_cast<char*>(p);
   for (std::size_t done = 0; done < size;) {
     std::size_t window = size - done;

@@ -17,6 +17,7 @@ struct Counters {
   std::atomic<std::uint64_t> os_map_calls{0};
   std::atomic<std::uint64_t> os_unmap_calls{0};
   std::atomic<std::uint64_t> os_decommit_calls{0};
+  std::atomic<std::uint64_t> os_resident_calls{0};  // platform::resident_bytes (mincore)
   std::atomic<std::uint64_t> heaps_live{0};
   std::atomic<std::uint64_t> heaps_total{0};
   std::atomic<std::uint64_t> spans_orphaned{0};

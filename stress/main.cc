@@ -34,6 +34,7 @@ const std::vector<Workload>& workloads() {
       {"larson", run_larson, "threads replace random slots, then hand the pool on", false, true},
       {"churn", run_churn, "rounds of short-lived threads; RSS must stay bounded", false, true},
       {"realloc", run_realloc_chains, "buffers grow 8 B -> 1 MiB across threads", false, true},
+      {"large-replace", run_large_replace, "threads replace big blocks, 256 KiB..64 MiB; 1 in 4 touched", false, true},
       {"cache-thrash", run_cache_thrash, "threads write their own small objects: false sharing?", false, true},
       {"cache-scratch", run_cache_scratch, "the same after freeing objects main allocated side by side", false, true},
       {"brisk", run_brisk_api, "brisk only: debug enter/leave and strategy switches under traffic", false, false},

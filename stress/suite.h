@@ -122,6 +122,7 @@ void run_prodcons(Context&);
 void run_larson(Context&);
 void run_churn(Context&);
 void run_realloc_chains(Context&);
+void run_large_replace(Context&);
 void run_cache_thrash(Context&);
 void run_cache_scratch(Context&);
 void run_brisk_api(Context&);

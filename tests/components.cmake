@@ -5,3 +5,7 @@ foreach(t size_class_test span_test chunk_test remote_queue_test central_pool_te
   brisk_add_unit_test(${t} SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/${t}.cc TIMEOUT 300)
   target_compile_definitions(${t} PRIVATE ${BRISK_TEST_DEFINITIONS})
 endforeach()
+# The large cache's budgets, set small so that a few blocks exceed them.
+add_test(NAME large_budget_test COMMAND large_test --gtest_filter=LargeCacheBudget.*)
+set_tests_properties(large_budget_test PROPERTIES LABELS unit TIMEOUT 60
+  ENVIRONMENT "BRISK_LARGE_CACHE_BYTES=48m;BRISK_LARGE_DIRTY_BYTES=20m")

@@ -6,14 +6,213 @@
 #include <errno.h>
 #include <sys/mman.h>
 
+#include <atomic>
 #include <cstring>
+#include <vector>
 
 #include "core/chunk.h"
 #include "core/config.h"
 #include "core/large.h"
+#include "core/options.h"
+#include "core/platform.h"
+#include "core/stats.h"
+#include "threadcache/background.h"
 
 namespace brisk {
 namespace {
+
+// Bytes of [p, p+n) resident now (mincore); 0 where nothing is mapped any more.
+std::size_t ResidentOf(const void* p, std::size_t n) {
+  auto a = reinterpret_cast<std::uintptr_t>(p) & ~(kOsPageSize - 1);
+  std::size_t pages = (reinterpret_cast<std::uintptr_t>(p) + n - a + kOsPageSize - 1) / kOsPageSize;
+  std::vector<unsigned char> vec(pages);
+  if (mincore(reinterpret_cast<void*>(a), pages * kOsPageSize, vec.data()) != 0) return 0;
+  std::size_t resident = 0;
+  for (unsigned char v : vec) resident += (v & 1) * kOsPageSize;
+  return resident;
+}
+
+// The platform calls a large free might make: unmap, decommit, and mincore.
+struct OsCalls {
+  std::uint64_t map = stats::g.os_map_calls.load();
+  std::uint64_t unmap = stats::g.os_unmap_calls.load();
+  std::uint64_t decommit = stats::g.os_decommit_calls.load();
+  std::uint64_t resident = stats::g.os_resident_calls.load();
+};
+
+std::atomic<std::uint64_t> g_fake_now{0};
+std::uint64_t FakeNow() { return g_fake_now.load(); }
+
+// Starts from an empty large cache, on a fake clock far beyond any real one (so no pass the
+// process made before looks recent), and gives the real clock back.
+class LargeCacheDecay : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    brisk_thread_collect();
+    g_fake_now = std::uint64_t{1} << 50;
+    platform::set_clock_for_test(FakeNow);
+  }
+  void TearDown() override {
+    platform::set_clock_for_test(nullptr);
+    brisk_thread_collect();
+  }
+  static std::uint64_t Delay() { return static_cast<std::uint64_t>(options::get(options::Id::kLargeDecayMs)); }
+  // Allocates a block, writes every page of it and frees it now (g_fake_now): its mapping goes
+  // to the cache resident. Returns the freed pointer.
+  static char* FreeATouchedBlock(std::size_t size) {
+    auto* p = static_cast<char*>(brisk_malloc(size));
+    EXPECT_NE(p, nullptr);
+    if (p == nullptr) return nullptr;
+    std::memset(p, 0x5A, size);
+    brisk_free(p);
+    EXPECT_EQ(ResidentOf(p, size), size) << "freed blocks are cached as they are";
+    return p;
+  }
+};
+
+TEST_F(LargeCacheDecay, AFreedBlockKeepsItsPagesUntilTheDelayHasPassed) {
+  constexpr std::size_t kSize = 8 << 20;
+  const std::uint64_t freed = g_fake_now;
+  char* p = FreeATouchedBlock(kSize);
+  ASSERT_NE(p, nullptr);
+  g_fake_now = freed + Delay() - 1;
+  bool pending = false;
+  EXPECT_EQ(large_cache_decay(g_fake_now, &pending), 0u);
+  EXPECT_TRUE(pending) << "a dirty mapping is left to age";
+  EXPECT_EQ(ResidentOf(p, kSize), kSize) << "one millisecond before the delay";
+  g_fake_now = freed + Delay();
+  EXPECT_GE(large_cache_decay(g_fake_now), kSize);
+  EXPECT_EQ(ResidentOf(p, kSize), 0u) << "aged out: decommitted";
+  EXPECT_GE(brisk_test::Stats().large_bytes_cached, kSize) << "and still cached for reuse";
+  auto* z = static_cast<unsigned char*>(brisk_calloc(1, kSize));
+  EXPECT_EQ(z, reinterpret_cast<unsigned char*>(p));
+  EXPECT_EQ(brisk_test::FirstNonZero(z, kSize), SIZE_MAX);
+  brisk_free(z);
+}
+
+TEST_F(LargeCacheDecay, TheBackgroundPassReturnsAgedBlocks) {
+  constexpr std::size_t kSize = 8 << 20;
+  const std::uint64_t freed = g_fake_now;
+  char* p = FreeATouchedBlock(kSize);
+  ASSERT_NE(p, nullptr);
+  background_pass(freed + Delay() - 1);
+  EXPECT_EQ(ResidentOf(p, kSize), kSize) << "not aged yet";
+  // The pass runs its decay at most once per purge delay.
+  g_fake_now = freed + Delay() + static_cast<std::uint64_t>(options::get(options::Id::kPurgeDelayMs));
+  background_pass(g_fake_now);
+  EXPECT_EQ(ResidentOf(p, kSize), 0u) << "the pass decommitted the aged block";
+}
+
+TEST_F(LargeCacheDecay, ALargeFreeReturnsAnAgedBlockWithoutTheBackgroundThread) {
+  constexpr std::size_t kSize = 8 << 20;
+  auto* other = static_cast<char*>(brisk_malloc(3 << 20));
+  ASSERT_NE(other, nullptr);
+  char* old_block = FreeATouchedBlock(kSize);
+  ASSERT_NE(old_block, nullptr);
+  g_fake_now += Delay();
+  brisk_free(other);
+  EXPECT_EQ(ResidentOf(old_block, kSize), 0u) << "the next large free decayed the aged block";
+}
+
+// MMtest's large test as written: blocks of 10..100 MiB allocated and freed, never touched.
+TEST(LargeCache, FreeingUntouchedBlocksMakesNoSystemCall) {
+  brisk_thread_collect();
+  void* blocks[10];
+  for (int round = 0; round < 3; ++round) {
+    OsCalls before;
+    for (int j = 0; j < 10; ++j) {
+      blocks[j] = brisk_malloc(static_cast<std::size_t>(j + 1) * (10 << 20));
+      ASSERT_NE(blocks[j], nullptr);
+    }
+    OsCalls allocated;
+    for (void* b : blocks) brisk_free(b);
+    OsCalls after;
+    EXPECT_EQ(after.unmap, allocated.unmap) << "round " << round;
+    EXPECT_EQ(after.decommit, allocated.decommit) << "round " << round;
+    EXPECT_EQ(after.resident, allocated.resident) << "round " << round << ": no mincore per free";
+    if (round > 0) EXPECT_EQ(after.map, before.map) << "round " << round << " reused every mapping";
+  }
+  brisk_thread_collect();
+}
+
+TEST(LargeCache, ALargerCachedMappingIsSplitAndMergedBackWithoutSystemCalls) {
+  brisk_thread_collect();
+  constexpr std::size_t kBig = 64 << 20, kA = 8 << 20, kB = 40 << 20;
+  auto* big = static_cast<char*>(brisk_malloc(kBig));
+  ASSERT_NE(big, nullptr);
+  brisk_free(big);
+  OsCalls before;
+  auto* a = static_cast<char*>(brisk_malloc(kA));
+  auto* b = static_cast<char*>(brisk_malloc(kB));
+  EXPECT_EQ(a, big) << "carved from the front of the cached mapping";
+  EXPECT_TRUE(b > a && b + kB <= big + kBig) << "and the next from what was left";
+  brisk_test::Fill(a, kA, 1);
+  brisk_test::Fill(b, kB, 2);
+  EXPECT_TRUE(brisk_test::Verify(a, kA, 1));
+  EXPECT_TRUE(brisk_test::Verify(b, kB, 2));
+  OsCalls carved;
+  EXPECT_EQ(carved.map, before.map);
+  EXPECT_EQ(carved.unmap, before.unmap) << "no tail unmapped";
+  // A carved block grows by moving its pages past the block after it, and stays intact.
+  auto* grown = static_cast<char*>(brisk_realloc(a, 2 * kA));
+  ASSERT_NE(grown, nullptr);
+  EXPECT_TRUE(brisk_test::Verify(grown, kA, 1));
+  EXPECT_TRUE(brisk_test::Verify(b, kB, 2));
+  brisk_free(grown);
+  brisk_free(b);
+  brisk_thread_collect();
+}
+
+TEST_F(LargeCacheDecay, MergedNeighboursServeABiggerRequestAndCallocReadsZeros) {
+  constexpr std::size_t kBig = 64 << 20, kA = 8 << 20, kB = 40 << 20;
+  auto* big = static_cast<char*>(brisk_malloc(kBig));
+  ASSERT_NE(big, nullptr);
+  brisk_free(big);
+  auto* a = static_cast<char*>(brisk_malloc(kA));
+  auto* b = static_cast<char*>(brisk_malloc(kB));
+  ASSERT_EQ(a, big);
+  std::memset(a, 0xA5, kA);
+  std::memset(b, 0xA5, kB);
+  OsCalls before;
+  brisk_free(b);
+  brisk_free(a);
+  // Decommitted as they age, the merged entry still holds the header page of b (inside it now).
+  g_fake_now += Delay();
+  large_cache_decay(g_fake_now);
+  auto* whole = static_cast<unsigned char*>(brisk_calloc(1, kBig - (1 << 20)));
+  EXPECT_EQ(whole, reinterpret_cast<unsigned char*>(big)) << "the pieces merged back";
+  EXPECT_EQ(stats::g.os_map_calls.load(), before.map);
+  ASSERT_NE(whole, nullptr);
+  EXPECT_EQ(brisk_test::FirstNonZero(whole, kBig - (1 << 20)), SIZE_MAX);
+  brisk_free(whole);
+}
+
+// Run with small budgets (tests/components.cmake: large_budget_test): freed blocks beyond them
+// evict the oldest, so the cache never holds more than its budgets and keeps the newest.
+TEST(LargeCacheBudget, TheBudgetsHoldAndTheOldestGoFirst) {
+  const auto cache_limit = static_cast<std::size_t>(options::get(options::Id::kLargeCacheBytes));
+  const auto dirty_limit = static_cast<std::size_t>(options::get(options::Id::kLargeDirtyBytes));
+  if (dirty_limit > (64 << 20) || cache_limit > (128 << 20)) GTEST_SKIP() << "runs with BRISK_LARGE_*_BYTES set small";
+  brisk_thread_collect();
+  constexpr std::size_t kSize = 6 << 20;
+  constexpr int kBlocks = 12;
+  char* blocks[kBlocks];
+  for (char*& p : blocks) {
+    p = static_cast<char*>(brisk_malloc(kSize));
+    ASSERT_NE(p, nullptr);
+    std::memset(p, 0x3C, kSize);
+  }
+  for (int i = 0; i < kBlocks; ++i) {
+    brisk_free(blocks[i]);
+    std::size_t resident = 0;
+    for (int j = 0; j <= i; ++j) resident += ResidentOf(blocks[j], kSize);
+    EXPECT_LE(resident, dirty_limit) << "after freeing block " << i;
+    EXPECT_LE(brisk_test::Stats().large_bytes_cached, cache_limit) << "after freeing block " << i;
+    EXPECT_EQ(ResidentOf(blocks[i], kSize), kSize) << "the block freed last is kept as it was";
+  }
+  EXPECT_EQ(ResidentOf(blocks[0], kSize), 0u) << "the first freed went first";
+  brisk_thread_collect();
+}
 
 TEST(LargeCache, AFreedMappingIsReusedForTheSameSize) {
   constexpr std::size_t kSize = 8 << 20;

@@ -140,7 +140,8 @@ TEST(Strategy, TheReadmeLeversTableMatchesTheCode) {
   ASSERT_TRUE(readme) << BRISK_README_PATH;
   const std::map<std::string, Id> ids = {
       {"BRISK_CHUNK_CACHE", Id::kChunkCache},         {"BRISK_LARGE_CACHE_BYTES", Id::kLargeCacheBytes},
-      {"BRISK_LARGE_DIRTY_BYTES", Id::kLargeDirtyBytes}, {"BRISK_PURGE_BYTES", Id::kPurgeBytes},
+      {"BRISK_LARGE_DIRTY_BYTES", Id::kLargeDirtyBytes}, {"BRISK_LARGE_DECAY_MS", Id::kLargeDecayMs},
+      {"BRISK_PURGE_BYTES", Id::kPurgeBytes},
       {"BRISK_PURGE_DELAY_MS", Id::kPurgeDelayMs},    {"BRISK_RETAINED_SPANS", Id::kRetainedSpans},
       {"BRISK_REMOTE_BATCH_BYTES", Id::kRemoteBatchBytes}, {"BRISK_BACKGROUND", Id::kBackground},
       {"BRISK_IDLE_MS", Id::kIdleMs},         {"BRISK_PURGE_ADVICE", Id::kPurgeAdvice},

@@ -22,6 +22,7 @@
 #include <atomic>
 
 #include "core/chunk.h"
+#include "core/large.h"
 #include "core/lock.h"
 #include "core/options.h"
 #include "core/platform.h"
@@ -223,6 +224,7 @@ std::uint64_t background_pass(std::uint64_t now) {
     // Chunks of idle heaps and abandoned chunks (no page owner) only.
     bytes += chunk_decay_all(&pending, options::get(options::Id::kPurgeAdvice) == 1,
                              [](const Heap* owner) { return owner == nullptr || owner->idle; });
+    bytes += large_cache_decay(now, &pending);
     g_last_decay_ms = now;
   }
   g_bytes_returned.fetch_add(bytes, std::memory_order_relaxed);

@@ -85,9 +85,10 @@ const std::vector<Suite>& suites() {
       {"mmtest", {{"small", 50}, {"medium", 0.1}, {"large", 0.1}, {"strings", 100},
                   {"small-raw", 50}, {"medium-raw", 0.1}, {"large-raw", 1}, {"strings-raw", 100}}},
       // prodcons, larson and realloc at 10% take about 1 s, churn at 5% about 2 s.
-      // cache-thrash and cache-scratch at 100% take about 0.1 s each.
+      // cache-thrash and cache-scratch at 100% take about 0.1 s each; large-replace at 1%
+      // about 2-3 s, most of it the first touch of each thread's blocks.
       {"stress", {{"prodcons", 10}, {"larson", 10}, {"churn", 5}, {"realloc", 10},
-                  {"cache-thrash", 100}, {"cache-scratch", 100}}},
+                  {"cache-thrash", 100}, {"cache-scratch", 100}, {"large-replace", 1}}},
   };
   return all;
 }
