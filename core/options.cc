@@ -30,8 +30,8 @@ constexpr Option kTable[] = {
     // and munmap that reuse saves; MMtest's large test on 10 threads cycles up to 10 x 550 MiB.
     {Id::kLargeCacheBytes, "BRISK_LARGE_CACHE_BYTES", {16 * GiB, 4 * GiB, 1 * GiB}, 0, std::int64_t{1} << 44},
     // Counted by size, so untouched blocks count too: a budget below the blocks a program
-    // cycles turns each free into a madvise (low-memory at 256m ran MMtest's large test as
-    // written on 10 threads in over 8 s, against 0.2-0.4 s at 1g). So even low-memory keeps 1g,
+    // cycles turns each free into a madvise call: low-memory at 256m ran MMtest's large test as
+    // written on 10 threads in over 8 s, against 0.2-0.4 s at 1g. So even low-memory keeps 1g,
     // and returns memory through its short decay instead.
     {Id::kLargeDirtyBytes, "BRISK_LARGE_DIRTY_BYTES", {8 * GiB, 2 * GiB, 1 * GiB}, 0, std::int64_t{1} << 44},
     // A large block freed and not reused is all page faults to fill again: speed keeps it 10 s
