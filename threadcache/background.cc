@@ -6,8 +6,8 @@
 // thread uses (claim before decommit, the central pools' locks), so it never touches a span a
 // thread holds: heaps' current spans and free lists stay their owners' alone.
 //
-// And the frees other threads queued to an idle heap (one whose owner ran no slow path since
-// the previous pass): a thread blocked for good (a pool thread waiting for work) never drains
+// And the frees other threads queued to an idle heap (one whose owner ran no slow path for
+// BRISK_IDLE_MS): a thread blocked for good (a pool thread waiting for work) never drains
 // its queue, and the spans of those blocks would stay resident for ever. The background thread
 // takes the queue under the heap's slow lock and gives back each span all of whose blocks it
 // holds: then no block of it is live (`used` counts live and queued blocks alike), it is not
