@@ -188,20 +188,31 @@ void retain_empty_span(Heap* h, unsigned c) {
 
 }  // namespace
 
+namespace {
+
+// free_local_adjust's work under the lock, kept out of line so that its common case (the
+// class's current span emptied and already kept) returns without saving a register.
+BRISK_NOINLINE void free_local_adjust_locked(Heap* h, Span* s) {
+  HeapSlowLock lock(h);
+  if (s->kind == SpanKind::kSmall && h->installed[s->size_class] == s) {
+    retain_empty_span(h, s->size_class);
+    return;
+  }
+  heap_release_span(h, s);
+}
+
+}  // namespace
+
 void free_local_adjust(Heap* h, Span* s) {
   // This free's own decrement made used 0, so no block of s is queued to h either (used counts
   // them): a reclaim (background.cc) leaves s alone, and its fields can be read before taking
   // the lock. (Reading used here instead would not do: a reclaim that released s sets it to 0.)
   // Keep the class's current span even when empty: alloc/free ping-pong stays on the fast path.
-  if (s->kind == SpanKind::kSmall && h->installed[s->size_class] == s) {
-    if (s->page_count > 1 && !h->retained[s->size_class]) {
-      HeapSlowLock lock(h);
-      retain_empty_span(h, s->size_class);
-    }
+  // A one-page span stays without more ado; a bigger one once its class is among the retained.
+  if (s->kind == SpanKind::kSmall && h->installed[s->size_class] == s &&
+      (s->page_count == 1 || h->retained[s->size_class]))
     return;
-  }
-  HeapSlowLock lock(h);
-  heap_release_span(h, s);
+  free_local_adjust_locked(h, s);
 }
 
 void free_local_refilled(Heap* h, Span* s) {
