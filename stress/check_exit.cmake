@@ -4,6 +4,8 @@
 #   -DEXPECT_EXIT=N          the exit code it must return
 #   -DEXPECT_STDERR=regex    optional: stderr must match
 #   -DEXPECT_ONE_LINE=1      optional: stderr must be exactly one line
+#   -DEXPECT_STDOUT=regex    optional: stdout must match
+#   -DREJECT_STDOUT=regex    optional: stdout must not match
 #   -DPRELOAD=lib.so         optional: run with LD_PRELOAD=lib.so
 #   -DDAMAGE=mode            optional: run with BRISK_BROKEN_ALLOC=mode (broken_alloc_shim.c)
 string(REPLACE "," ";" args "${ARGS}")
@@ -21,6 +23,12 @@ if(NOT "${code}" STREQUAL "${EXPECT_EXIT}")
 endif()
 if(DEFINED EXPECT_STDERR AND NOT err MATCHES "${EXPECT_STDERR}")
   message(FATAL_ERROR "stderr does not match '${EXPECT_STDERR}'")
+endif()
+if(DEFINED EXPECT_STDOUT AND NOT out MATCHES "${EXPECT_STDOUT}")
+  message(FATAL_ERROR "stdout does not match '${EXPECT_STDOUT}'")
+endif()
+if(DEFINED REJECT_STDOUT AND out MATCHES "${REJECT_STDOUT}")
+  message(FATAL_ERROR "stdout matches '${REJECT_STDOUT}'")
 endif()
 if(EXPECT_ONE_LINE)
   string(REGEX MATCHALL "\n" newlines "${err}")

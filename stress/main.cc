@@ -70,6 +70,7 @@ void print_help() {
   std::puts("  --duration S   soak: repeat the workloads for S seconds (default 0: one pass)");
   std::puts("  --seed S       seed of the random sizes and orders (default 1; printed at the end)");
   std::puts("  --json FILE    also write the table and the run's settings as JSON to FILE");
+  std::puts("  --rows R       MMtest tests: single (1 thread), parallel (--threads) or both (default)");
   std::puts("  --smoke        every workload at a tiny count, for ctest");
   std::puts("  --version      print brisk-stress's version");
   std::puts("  --help, -h     this text");
@@ -151,7 +152,7 @@ Options parse(int argc, char** argv) {
       value = arg.substr(eq + 1);
       arg.resize(eq);
     } else if (arg == "--threads" || arg == "--scale" || arg == "--duration" || arg == "--seed" ||
-               arg == "--json") {
+               arg == "--json" || arg == "--rows") {
       if (i + 1 >= argc) usage_error(arg + " needs a value");
       value = argv[++i];
     }
@@ -177,6 +178,11 @@ Options parse(int argc, char** argv) {
     } else if (arg == "--json") {
       if (value.empty()) usage_error("--json needs a file name");
       options.json_path = value;
+    } else if (arg == "--rows") {
+      if (value != "single" && value != "parallel" && value != "both")
+        usage_error("--rows wants single, parallel or both, not '" + value + "'");
+      options.single_row = value != "parallel";
+      options.parallel_row = value != "single";
     } else {
       usage_error("unknown option '" + arg + "'");
     }

@@ -184,12 +184,16 @@ std::uint64_t string_test_as_written(Context& ctx, std::uint64_t repeats) {
   return 2 * (101 + 3 * repeats);
 }
 
-// Runs one MMtest test on one thread, then as the 10-way parallel for.
+// Runs one MMtest test on one thread, then as the 10-way parallel for (either half alone with
+// --rows).
 void run_both(Context& ctx, const char* name, std::uint64_t units_per_run,
               const std::function<std::uint64_t(std::uint32_t task)>& test) {
-  ctx.progress.begin(std::string(name) + " x1", units_per_run);
-  ctx.recorder.measure(name, 1, [&] { return test(0); });
-  ctx.progress.end();
+  if (ctx.options.single_row) {
+    ctx.progress.begin(std::string(name) + " x1", units_per_run);
+    ctx.recorder.measure(name, 1, [&] { return test(0); });
+    ctx.progress.end();
+  }
+  if (!ctx.options.parallel_row) return;
 
   const int threads = ctx.threads();
   tbb::task_arena arena(threads);

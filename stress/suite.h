@@ -23,6 +23,10 @@ struct Options {
   std::string json_path;
   bool smoke = false;
   bool scale_given = false;  // --smoke keeps an explicit --scale
+  // MMtest's tests run once on one thread and once as the parallel for: --rows single or
+  // parallel keeps only that half, so that brisk-compare can pair each half on its own.
+  bool single_row = true;
+  bool parallel_row = true;
 };
 
 // One row of the table: one workload at one thread count. In soak mode the passes of the same

@@ -35,7 +35,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: brisk-compare [--pairs N] [--warmup N] [--alloc NAME]... [--baseline LABEL] [--json FILE]\n"
     "                     [--svg FILE] [--brisk-lib PATH] [--stress PATH] [--env NAME=VALUE]... [--echo]\n"
-    "                     (--suite mmtest|stress [--scale PCT] | -- COMMAND [ARGS...])\n"
+    "                     (--suite mmtest|mmtest-rows|stress [--scale PCT] | -- COMMAND [ARGS...])\n"
     "Runs the workload under each allocator, preloaded, in alternating pairs, and reports each one's\n"
     "median time ratio to the baseline with a 95% bootstrap interval (bench/README.md).\n"
     "\n"
@@ -55,7 +55,8 @@ constexpr const char* kUsage =
     "  --echo             show the workload's own output\n"
     "  --quiet            no progress line\n"
     "  --suite NAME       mmtest (MMtest's four tests) or stress (prodcons, larson, churn, realloc),\n"
-    "                     one row per workload\n"
+    "                     one row per workload; mmtest-rows: MMtest's 1-thread and 10-way runs of\n"
+    "                     small, medium, large and strings as rows of their own\n"
     "  --scale PCT        with --suite: the workloads' --scale instead of each one's default\n"
     "  -- COMMAND ARGS    any program to time instead of a suite\n"
     "  --version          print brisk-compare's version\n";
@@ -69,6 +70,8 @@ constexpr const char* kUsage =
 struct SuiteWorkload {
   const char* name;
   double scale;  // percent of the full workload, passed as --scale
+  const char* rows = nullptr;   // brisk-stress --rows (single or parallel), or the whole workload
+  const char* label = nullptr;  // the row's name when it is not the workload's
 };
 
 struct Suite {
@@ -87,6 +90,12 @@ const std::vector<Suite>& suites() {
       // prodcons, larson and realloc at 10% take about 1 s, churn at 5% about 2 s.
       // cache-thrash and cache-scratch at 100% take about 0.1 s each; large-replace at 1%
       // about 2-3 s, most of it the first touch of each thread's blocks.
+      // MMtest's halves paired on their own: the 1-thread run (at ten times the scale, as much
+      // work as the 10-way run) and the 10-way parallel for.
+      {"mmtest-rows", {{"small", 500, "single", "small x1"}, {"small", 50, "parallel", "small x10"},
+                       {"medium", 1, "single", "medium x1"}, {"medium", 0.1, "parallel", "medium x10"},
+                       {"large", 1, "single", "large x1"}, {"large", 0.1, "parallel", "large x10"},
+                       {"strings", 1000, "single", "strings x1"}, {"strings", 100, "parallel", "strings x10"}}},
       {"stress", {{"prodcons", 10}, {"larson", 10}, {"churn", 5}, {"realloc", 10},
                   {"cache-thrash", 100}, {"cache-scratch", 100}, {"large-replace", 1}}},
   };
@@ -233,7 +242,7 @@ int run(int argc, char** argv) {
     for (const Suite& s : suites()) {
       if (suite_name == s.name) suite = &s;
     }
-    if (suite == nullptr) usage_error("unknown suite " + suite_name + " (expected mmtest or stress)");
+    if (suite == nullptr) usage_error("unknown suite " + suite_name + " (expected mmtest, mmtest-rows or stress)");
     if (!pairs_set) plan.pairs = 7;
     if (!warmup_set) plan.warmup = 1;
     stress_path = first_existing({stress_path});
@@ -245,8 +254,11 @@ int run(int argc, char** argv) {
     for (const SuiteWorkload& workload : suite->workloads) {
       char text[32];
       std::snprintf(text, sizeof text, "%g", scale > 0 ? scale : workload.scale);
-      plan.workloads.push_back({workload.name, {stress_path, workload.name, "--scale", text}});
-      scales += std::string(scales.empty() ? "" : ", ") + workload.name + " " + text + "%";
+      std::vector<std::string> argv = {stress_path, workload.name, "--scale", text};
+      if (workload.rows != nullptr) argv.insert(argv.end(), {"--rows", workload.rows});
+      const char* label = workload.label != nullptr ? workload.label : workload.name;
+      plan.workloads.push_back({label, argv});
+      scales += std::string(scales.empty() ? "" : ", ") + label + " " + text + "%";
     }
     context.notes.push_back("suite " + suite_name + ": `" + stress_path + " WORKLOAD --scale PCT` with " + scales +
                             " of the full workloads" +
