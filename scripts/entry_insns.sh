@@ -4,12 +4,14 @@
 # calls anywhere in it (a call needs a stack frame), and the functions it tail-jumps to.
 #   entry_insns.sh [--check] [path/to/libbrisk.so]
 # --check (a ctest): fails unless malloc and free are exactly as long as brisk_malloc and
-# brisk_free and, like them, call nothing (they leave for slow paths by tail jumps only).
+# brisk_free and, like them, call nothing (they leave for slow paths by tail jumps only), and
+# sized operator delete is as long as unsized (the size is for debug blocks' check only: it
+# must cost the release path nothing).
 set -euo pipefail
 check=0
 [ "${1:-}" = --check ] && { check=1; shift; }
 lib=${1:-build/libbrisk.so}
-out=$(
+raw=$(
 printf '%-14s %6s %6s %s\n' entry insns calls "tail jumps to slow paths"
 for sym in malloc free _Znwm _ZdlPv _ZdlPvm calloc realloc brisk_malloc brisk_free; do
   objdump -d --no-show-raw-insn --disassemble="$sym" "$lib" | awk -v name="$sym" '
@@ -21,14 +23,15 @@ for sym in malloc free _Znwm _ZdlPv _ZdlPvm calloc realloc brisk_malloc brisk_fr
         sub(/.*</, "", $0); sub(/>.*/, "", $0); exits = exits " " $0
       }
     }
-    END { printf "%-14s %6d %6d %s\n", name, n, calls, exits }' | c++filt
+    END { printf "%-14s %6d %6d %s\n", name, n, calls, exits }'
 done
 )
+out=$(c++filt <<<"$raw")
 echo "$out"
 [ "$check" -eq 1 ] || exit 0
-field() { awk -v s="$1" -v f="$2" '$1 == s { print $f }' <<<"$out"; }
+field() { awk -v s="$1" -v f="$2" '$1 == s { print $f }' <<<"$raw"; }
 fail=0
-for pair in malloc:brisk_malloc free:brisk_free; do
+for pair in malloc:brisk_malloc free:brisk_free _ZdlPvm:_ZdlPv; do
   entry=${pair%%:*} api=${pair#*:}
   if [ "$(field "$entry" 2)" != "$(field "$api" 2)" ] || [ "$(field "$entry" 3)" != 0 ]; then
     echo "FAIL: $entry: $(field "$entry" 2) instructions and $(field "$entry" 3) calls;" \
@@ -36,5 +39,5 @@ for pair in malloc:brisk_malloc free:brisk_free; do
     fail=1
   fi
 done
-[ "$fail" -eq 0 ] && echo "entry_insns: malloc and free are as short as brisk_malloc and brisk_free"
+[ "$fail" -eq 0 ] && echo "entry_insns: malloc and free are as short as brisk_malloc and brisk_free, sized delete as unsized"
 exit "$fail"

@@ -222,7 +222,7 @@ TEST_F(Background, AReclaimBetweenAFreesDecrementAndItsRefillCallLeavesTheSpan) 
     ASSERT_FALSE(span_used_decrement(s));
     brisk::reclaim_queued_frees(h);
     EXPECT_EQ(s->owner.load(), h) << "the reclaim released a span the owner is about to read";
-    free_local_refilled(h, s);
+    free_local_refilled(s, h);
     EXPECT_NE(h->all_spans, nullptr);
     EXPECT_TRUE(s->listed);
     // The queued blocks come home at the next drain: s empties and goes back, once.

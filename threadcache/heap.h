@@ -130,9 +130,9 @@ void* alloc_refill(Heap* h, unsigned size_class, std::size_t size);
 void free_slow(void* p);
 // After a free into s by its owner h: s has just become empty (this free's own decrement of
 // used reached 0) ...
-void free_local_adjust(Heap* h, Span* s);
+void free_local_adjust(Span* s, Heap* h);
 // ... or s was full and has a free block again.
-void free_local_refilled(Heap* h, Span* s);
+void free_local_refilled(Span* s, Heap* h);
 
 inline Span* current_span(Heap* h, unsigned c) {
   return std::atomic_ref<Span*>(h->current[c]).load(std::memory_order_relaxed);
@@ -197,8 +197,8 @@ BRISK_ALWAYS_INLINE void free_to_own_span(Heap* h, Span* s, Block* b, FreeCode c
   // pages' next user must see this block's writes.
   // Two tests rather than one `||`: GCC then branches on the decrement's own flags instead of
   // saving them with a sete (two more instructions).
-  if (BRISK_UNLIKELY(span_used_decrement(s))) return free_local_adjust(h, s);
-  if (BRISK_UNLIKELY(old == nullptr)) free_local_refilled(h, s);
+  if (BRISK_UNLIKELY(span_used_decrement(s))) return free_local_adjust(s, h);
+  if (BRISK_UNLIKELY(old == nullptr)) free_local_refilled(s, h);
 }
 
 // The span of a when a is the start of a carved block in a span h owns (a is in a brisk chunk,
@@ -230,7 +230,9 @@ BRISK_ALWAYS_INLINE void free_fast(void* p, Extra... extra) {
   auto* b = static_cast<Block*>(p);
   if (BRISK_UNLIKELY(s == nullptr)) return Slow(p, extra...);
   FreeCode code = free_code(a);
-  if (BRISK_UNLIKELY(b->key == code.key)) return Slow(p, extra...);
+  // A block of this thread's own span is never a debug block (those live in spans no thread
+  // heap owns), so `extra` is not needed past here: free_slow reports the double free.
+  if (BRISK_UNLIKELY(b->key == code.key)) return free_slow(p);
   free_to_own_span(h, s, b, code);
 }
 

@@ -192,7 +192,7 @@ namespace {
 
 // free_local_adjust's work under the lock, kept out of line so that its common case (the
 // class's current span emptied and already kept) returns without saving a register.
-BRISK_NOINLINE void free_local_adjust_locked(Heap* h, Span* s) {
+BRISK_NOINLINE void free_local_adjust_locked(Span* s, Heap* h) {
   HeapSlowLock lock(h);
   if (s->kind == SpanKind::kSmall && h->installed[s->size_class] == s) {
     retain_empty_span(h, s->size_class);
@@ -203,7 +203,7 @@ BRISK_NOINLINE void free_local_adjust_locked(Heap* h, Span* s) {
 
 }  // namespace
 
-void free_local_adjust(Heap* h, Span* s) {
+void free_local_adjust(Span* s, Heap* h) {
   // This free's own decrement made used 0, so no block of s is queued to h either (used counts
   // them): a reclaim (background.cc) leaves s alone, and its fields can be read before taking
   // the lock. (Reading used here instead would not do: a reclaim that released s sets it to 0.)
@@ -212,10 +212,10 @@ void free_local_adjust(Heap* h, Span* s) {
   if (s->kind == SpanKind::kSmall && h->installed[s->size_class] == s &&
       (s->page_count == 1 || h->retained[s->size_class]))
     return;
-  free_local_adjust_locked(h, s);
+  free_local_adjust_locked(s, h);
 }
 
-void free_local_refilled(Heap* h, Span* s) {
+void free_local_refilled(Span* s, Heap* h) {
   // s's other blocks may all sit in h's queue, and a reclaim may have taken them and released s
   // between this free's decrement and here: only s's owner, read under the lock, says whether
   // s is still h's. Nothing else of s is read before.
