@@ -54,8 +54,9 @@ constexpr const char* kUsage =
     "  --env NAME=VALUE   set a variable for every run; repeatable\n"
     "  --echo             show the workload's own output\n"
     "  --quiet            no progress line\n"
-    "  --suite NAME       mmtest (MMtest's four tests) or stress (prodcons, larson, churn, realloc),\n"
-    "                     one row per workload\n"
+    "  --suite NAME       mmtest (MMtest's tests, verified and as written) or stress (prodcons,\n"
+    "                     larson, churn, realloc, cache-thrash, cache-scratch, large-replace,\n"
+    "                     larson-classic, xmalloc, alloc-test, sh6bench, mstress), one row per workload\n"
     "  --scale PCT        with --suite: the workloads' --scale instead of each one's default\n"
     "  -- COMMAND ARGS    any program to time instead of a suite\n"
     "  --version          print brisk-compare's version\n";
@@ -86,9 +87,15 @@ const std::vector<Suite>& suites() {
                   {"small-raw", 50}, {"medium-raw", 0.1}, {"large-raw", 1}, {"strings-raw", 100}}},
       // prodcons, larson and realloc at 10% take about 1 s, churn at 5% about 2 s.
       // cache-thrash and cache-scratch at 100% take about 0.1 s each; large-replace at 1%
-      // about 2-3 s, most of it the first touch of each thread's blocks.
+      // about 2-3 s, most of it the first touch of each thread's blocks. The classic benchmarks
+      // (each a 1-thread and a 10-thread row) take 0.3-1 s under brisk at these scales:
+      // larson-classic at 5% (5 rounds of 5,000 per generation), xmalloc at 50% (50 batches per
+      // thread), alloc-test at 5% (200,000 steps per thread), sh6bench at 50% (50 walks),
+      // mstress at 20% (load 10, 25 rounds).
       {"stress", {{"prodcons", 10}, {"larson", 10}, {"churn", 5}, {"realloc", 10},
-                  {"cache-thrash", 100}, {"cache-scratch", 100}, {"large-replace", 1}}},
+                  {"cache-thrash", 100}, {"cache-scratch", 100}, {"large-replace", 1},
+                  {"larson-classic", 5}, {"xmalloc", 50}, {"alloc-test", 5}, {"sh6bench", 50},
+                  {"mstress", 20}}},
   };
   return all;
 }
