@@ -32,11 +32,16 @@ const std::vector<Workload>& workloads() {
       {"strings-raw", run_strings_as_written, "MMtest 4 as written: no final check", false, false},
       {"prodcons", run_prodcons, "producers hand blocks to consumers that free them", false, true},
       {"larson", run_larson, "threads replace random slots, then hand the pool on", false, true},
+      {"larson-classic", run_larson_classic, "larson as usually run: 8..999 B, 5,000 slots, 500,000 per thread", false, true},
       {"churn", run_churn, "rounds of short-lived threads; RSS must stay bounded", false, true},
       {"realloc", run_realloc_chains, "buffers grow 8 B -> 1 MiB across threads", false, true},
       {"large-replace", run_large_replace, "threads replace big blocks, 256 KiB..64 MiB; 1 in 4 touched", false, true},
       {"cache-thrash", run_cache_thrash, "threads write their own small objects: false sharing?", false, true},
       {"cache-scratch", run_cache_scratch, "the same after freeing objects main allocated side by side", false, true},
+      {"xmalloc", run_xmalloc, "a ring of threads: each frees the 64 B batches its predecessor allocated", false, true},
+      {"alloc-test", run_alloc_test, "random slots: free a full one, fill an empty one, 8..1023 B, all touched", false, true},
+      {"sh6bench", run_sh6bench, "a stack of 1..999 B blocks, freed FIFO below a kept fifth and LIFO above", false, true},
+      {"mstress", run_mstress, "rounds of threads that allocate, keep, free and trade blocks, then exit", false, true},
       {"brisk", run_brisk_api, "brisk only: debug enter/leave and strategy switches under traffic", false, false},
       {"strategy", run_brisk_strategy, "brisk only: strategy switched every 2 ms, trims, under traffic", false, false},
   };
@@ -60,17 +65,17 @@ void print_help() {
   std::puts("verifies every block. Exit status: 0 ok, 1 verification failed, 2 wrong usage.\n");
   std::puts("workloads (none named = mmtest):");
   for (const Workload& w : workloads())
-    std::printf("  %-11s %s\n", w.name, w.summary);
-  std::puts("  mmtest      small, medium, large and strings");
-  std::puts("  mmtest-raw  small-raw, medium-raw, large-raw and strings-raw");
-  std::puts("  all         every workload\n");
+    std::printf("  %-14s %s\n", w.name, w.summary);
+  std::puts("  mmtest         small, medium, large and strings");
+  std::puts("  mmtest-raw     small-raw, medium-raw, large-raw and strings-raw");
+  std::puts("  all            every workload\n");
   std::puts("options:");
   std::puts("  --threads N    threads of the parallel runs (1..1024, default 10)");
   std::puts("  --scale PCT    work per workload as a percentage of the standard count (default 100)");
   std::puts("  --duration S   soak: repeat the workloads for S seconds (default 0: one pass)");
   std::puts("  --seed S       seed of the random sizes and orders (default 1; printed at the end)");
   std::puts("  --json FILE    also write the table and the run's settings as JSON to FILE");
-  std::puts("  --rows R       MMtest tests: single (1 thread), parallel (--threads) or both (default)");
+  std::puts("  --rows R       workloads with a 1-thread and a parallel row: single, parallel or both");
   std::puts("  --smoke        every workload at a tiny count, for ctest");
   std::puts("  --version      print brisk-stress's version");
   std::puts("  --help, -h     this text");

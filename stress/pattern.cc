@@ -147,6 +147,22 @@ void fail_verify(const char* workload, const BlockId& id, std::size_t offset,
   std::abort();  // not reached: report exits
 }
 
+Block new_block(const char* workload, std::uint64_t base, const BlockId& id, std::size_t size) {
+  Block b;
+  b.size = size;
+  b.id = id;
+  b.hash = pattern_hash(base, id);
+  b.ptr = std::malloc(size);
+  if (b.ptr == nullptr) fail_verify(workload, id, 0, "malloc returned NULL");
+  fill_pattern(b);
+  return b;
+}
+
+void free_block(const char* workload, const Block& block, const char* when) {
+  verify_pattern(workload, block, when);
+  std::free(block.ptr);
+}
+
 Block verified_realloc(const char* workload, Block block, std::size_t new_size) {
   verify_pattern(workload, block, "before realloc");
   void* moved = std::realloc(block.ptr, new_size);

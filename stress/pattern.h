@@ -68,6 +68,12 @@ void verify_zero(const char* workload, const Block& block, const char* when);
 [[noreturn]] void fail_verify(const char* workload, const BlockId& id, std::size_t offset,
                               const char* detail);
 
+// Allocates `size` bytes with malloc for block `id` and fills its pattern (hash from `base`);
+// a NULL from malloc fails the run.
+Block new_block(const char* workload, std::uint64_t base, const BlockId& id, std::size_t size);
+// Checks the block's pattern and frees it with free.
+void free_block(const char* workload, const Block& block, const char* when);
+
 // Realloc with verification: checks the old pattern, reallocates, checks that the surviving
 // prefix moved intact and extends the pattern over the new part. Returns the updated block.
 Block verified_realloc(const char* workload, Block block, std::size_t new_size);

@@ -23,8 +23,8 @@ struct Options {
   std::string json_path;
   bool smoke = false;
   bool scale_given = false;  // --smoke keeps an explicit --scale
-  // MMtest's tests run once on one thread and once as the parallel for: --rows single or
-  // parallel keeps only that half, so that brisk-compare can pair each half on its own.
+  // MMtest's tests and the classic benchmarks make a 1-thread row and a --threads row: --rows
+  // single or parallel keeps only that one, so that brisk-compare can pair each on its own.
   bool single_row = true;
   bool parallel_row = true;
 };
@@ -100,6 +100,8 @@ struct Context {
   // --scale and never below `floor`; under --smoke without --scale, `smoke` instead.
   std::uint64_t scaled(std::uint64_t full, std::uint64_t smoke, std::uint64_t floor = 1) const;
   int threads() const { return options.threads; }
+  // --smoke without --scale: workloads may shrink fixed sizes (slot counts) too.
+  bool tiny() const { return options.smoke && !options.scale_given; }
 };
 
 struct Workload {
@@ -124,11 +126,16 @@ void run_large_as_written(Context&);
 void run_strings_as_written(Context&);
 void run_prodcons(Context&);
 void run_larson(Context&);
+void run_larson_classic(Context&);
 void run_churn(Context&);
 void run_realloc_chains(Context&);
 void run_large_replace(Context&);
 void run_cache_thrash(Context&);
 void run_cache_scratch(Context&);
+void run_xmalloc(Context&);
+void run_alloc_test(Context&);
+void run_sh6bench(Context&);
+void run_mstress(Context&);
 void run_brisk_api(Context&);
 void run_brisk_strategy(Context&);
 // prodcons's traffic without a table row (the brisk workload runs it while it switches debug

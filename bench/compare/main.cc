@@ -54,9 +54,11 @@ constexpr const char* kUsage =
     "  --env NAME=VALUE   set a variable for every run; repeatable\n"
     "  --echo             show the workload's own output\n"
     "  --quiet            no progress line\n"
-    "  --suite NAME       mmtest (MMtest's four tests) or stress (prodcons, larson, churn, realloc),\n"
-    "                     one row per workload; mmtest-rows: MMtest's 1-thread and 10-way runs of\n"
-    "                     small, medium, large and strings as rows of their own\n"
+    "  --suite NAME       mmtest (MMtest's tests, verified and as written) or stress (prodcons,\n"
+    "                     larson, churn, realloc, cache-thrash, cache-scratch, large-replace,\n"
+    "                     larson-classic, xmalloc, alloc-test, sh6bench, mstress), one row per workload;\n"
+    "                     mmtest-rows: MMtest's 1-thread and 10-way runs of small, medium, large\n"
+    "                     and strings as rows of their own\n"
     "  --scale PCT        with --suite: the workloads' --scale instead of each one's default\n"
     "  -- COMMAND ARGS    any program to time instead of a suite\n"
     "  --version          print brisk-compare's version\n";
@@ -87,17 +89,23 @@ const std::vector<Suite>& suites() {
       // mapping costs where the verified rows also pay page faults.
       {"mmtest", {{"small", 50}, {"medium", 0.1}, {"large", 0.1}, {"strings", 100},
                   {"small-raw", 50}, {"medium-raw", 0.1}, {"large-raw", 1}, {"strings-raw", 100}}},
-      // prodcons, larson and realloc at 10% take about 1 s, churn at 5% about 2 s.
-      // cache-thrash and cache-scratch at 100% take about 0.1 s each; large-replace at 1%
-      // about 2-3 s, most of it the first touch of each thread's blocks.
       // MMtest's halves paired on their own: the 1-thread run (at ten times the scale, as much
       // work as the 10-way run) and the 10-way parallel for.
       {"mmtest-rows", {{"small", 500, "single", "small x1"}, {"small", 50, "parallel", "small x10"},
                        {"medium", 1, "single", "medium x1"}, {"medium", 0.1, "parallel", "medium x10"},
                        {"large", 1, "single", "large x1"}, {"large", 0.1, "parallel", "large x10"},
                        {"strings", 1000, "single", "strings x1"}, {"strings", 100, "parallel", "strings x10"}}},
+      // prodcons, larson and realloc at 10% take about 1 s, churn at 5% about 2 s.
+      // cache-thrash and cache-scratch at 100% take about 0.1 s each; large-replace at 1%
+      // about 2-3 s, most of it the first touch of each thread's blocks. The classic benchmarks
+      // (each a 1-thread and a 10-thread row) take 0.3-1 s under brisk at these scales:
+      // larson-classic at 5% (5 rounds of 5,000 per generation), xmalloc at 50% (50 batches per
+      // thread), alloc-test at 5% (200,000 steps per thread), sh6bench at 50% (50 walks),
+      // mstress at 20% (load 10, 25 rounds).
       {"stress", {{"prodcons", 10}, {"larson", 10}, {"churn", 5}, {"realloc", 10},
-                  {"cache-thrash", 100}, {"cache-scratch", 100}, {"large-replace", 1}}},
+                  {"cache-thrash", 100}, {"cache-scratch", 100}, {"large-replace", 1},
+                  {"larson-classic", 5}, {"xmalloc", 50}, {"alloc-test", 5}, {"sh6bench", 50},
+                  {"mstress", 20}}},
   };
   return all;
 }
