@@ -52,7 +52,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: brisk-stress [WORKLOAD...] [--threads N] [--scale PCT] [--duration S] [--seed S] "
-    "[--json FILE] [--smoke]\n";
+    "[--json FILE] [--rows R] [--smoke]\n";
 
 #ifndef BRISK_VERSION_STRING
 #define BRISK_VERSION_STRING "unknown"
