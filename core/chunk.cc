@@ -424,6 +424,9 @@ void chunk_locks_release() {
   g_registry_lock.unlock();
   g_abandoned_lock.unlock();
 }
+LockCounts chunk_registry_lock_counts() { return g_registry_lock.counts(); }
+LockCounts chunk_cache_lock_counts() { return g_cache_lock.counts(); }
+LockCounts chunk_abandoned_lock_counts() { return g_abandoned_lock.counts(); }
 void chunk_locks_reset_in_child() {
   g_cache_lock.reset_after_fork();
   g_registry_lock.reset_after_fork();

@@ -43,6 +43,7 @@
 
 #include "core/config.h"
 #include "core/hints.h"
+#include "core/lock.h"
 #include "core/span.h"
 
 namespace brisk {
@@ -180,5 +181,9 @@ void chunk_destroy_empty_abandoned();
 void chunk_locks_acquire();
 void chunk_locks_release();
 void chunk_locks_reset_in_child();
+// The counts of the registry, empty-chunk cache and abandoned-list locks (brisk_get_lock_stats).
+LockCounts chunk_registry_lock_counts();
+LockCounts chunk_cache_lock_counts();
+LockCounts chunk_abandoned_lock_counts();
 
 }  // namespace brisk

@@ -482,5 +482,6 @@ std::size_t large_cache_resident_bytes() {
 void large_locks_acquire() { g_lock.lock(); }
 void large_locks_release() { g_lock.unlock(); }
 void large_locks_reset_in_child() { g_lock.reset_after_fork(); }
+LockCounts large_lock_counts() { return g_lock.counts(); }
 
 }  // namespace brisk

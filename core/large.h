@@ -12,6 +12,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/lock.h"
+
 namespace brisk {
 
 struct LargeHeader {
@@ -48,5 +50,6 @@ std::size_t large_cache_resident_bytes();
 void large_locks_acquire();
 void large_locks_release();
 void large_locks_reset_in_child();
+LockCounts large_lock_counts();  // the cache's lock (brisk_get_lock_stats)
 
 }  // namespace brisk

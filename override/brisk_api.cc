@@ -138,6 +138,16 @@ BRISK_EXPORT size_t brisk_get_thread_stats(brisk_thread_stats* out, size_t max) 
   return total;
 }
 
+BRISK_EXPORT size_t brisk_get_lock_stats(brisk_lock_stats* out, size_t max) {
+  static_assert(BRISK_LOCK_STRUCTURES == kLockedStructures, "brisk.h's structure count");
+  if (out == nullptr) return kLockedStructures;
+  LockCounts counts[kLockedStructures];
+  gather_lock_counts(counts);
+  for (size_t i = 0; i < kLockedStructures && i < max; ++i)
+    out[i] = brisk_lock_stats{kLockedStructureNames[i], counts[i].acquisitions, counts[i].contended, counts[i].yields};
+  return kLockedStructures;
+}
+
 BRISK_EXPORT void brisk_debug_enter(void) { debug::enter(); }
 BRISK_EXPORT void brisk_debug_exit(void) { debug::exit(); }
 BRISK_EXPORT int brisk_debug_active(void) { return debug::active() ? 1 : 0; }

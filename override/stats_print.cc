@@ -97,7 +97,8 @@ bool is_byte_count(const char* name) {
 constexpr std::size_t kMaxThreadsShown = 128;
 
 void print_table(Printer& p, const brisk_stats& s, const brisk_class_stats* classes,
-                 const brisk_thread_stats* threads, std::size_t shown, std::size_t thread_count) {
+                 const brisk_thread_stats* threads, std::size_t shown, std::size_t thread_count,
+                 const brisk_lock_stats* locks) {
   p.w().text("brisk statistics");
   p.end_row();
 #define BRISK_TABLE_FIELD(name)                         \
@@ -143,6 +144,20 @@ void print_table(Printer& p, const brisk_stats& s, const brisk_class_stats* clas
     p.number(t.remote_frees_received, 23);
     p.end_row();
   }
+  p.w().text("locks (the orphan queue's: operations, lost compare-and-swaps)");
+  p.end_row();
+  p.w().text("  structure             acquisitions      contended         yields");
+  p.end_row();
+  for (std::size_t i = 0; i < BRISK_LOCK_STRUCTURES; ++i) {
+    const brisk_lock_stats& l = locks[i];
+    p.w().text("  ");
+    p.w().text(l.name);
+    for (std::size_t n = __builtin_strlen(l.name); n < 18; ++n) p.w().put(' ');
+    p.number(l.acquisitions, 16);
+    p.number(l.contended, 15);
+    p.number(l.yields, 15);
+    p.end_row();
+  }
 }
 
 void json_member(Printer& p, const char* name, uint64_t v, bool first) {
@@ -154,7 +169,8 @@ void json_member(Printer& p, const char* name, uint64_t v, bool first) {
 }
 
 void print_json(Printer& p, const brisk_stats& s, const brisk_class_stats* classes,
-                const brisk_thread_stats* threads, std::size_t shown, std::size_t thread_count) {
+                const brisk_thread_stats* threads, std::size_t shown, std::size_t thread_count,
+                const brisk_lock_stats* locks) {
   p.w().text("{\"stats\": {");
   p.end_row();
   bool first = true;
@@ -203,7 +219,22 @@ void print_json(Printer& p, const brisk_stats& s, const brisk_class_stats* class
     json_member(p, "remote_frees_received", t.remote_frees_received, false);
     p.w().put('}');
   }
-  p.w().text("]}");
+  p.w().text("],");
+  p.end_row();
+  p.w().text("\"locks\": {");
+  for (std::size_t i = 0; i < BRISK_LOCK_STRUCTURES; ++i) {
+    const brisk_lock_stats& l = locks[i];
+    if (i != 0) p.w().put(',');
+    p.end_row();
+    p.w().text("  \"");
+    p.w().text(l.name);
+    p.w().text("\": {");
+    json_member(p, "acquisitions", l.acquisitions, true);
+    json_member(p, "contended", l.contended, false);
+    json_member(p, "yields", l.yields, false);
+    p.w().put('}');
+  }
+  p.w().text("}}");
   p.end_row();
 }
 
@@ -218,11 +249,13 @@ extern "C" BRISK_EXPORT void brisk_print_stats(FILE* out, int json) {
   brisk_thread_stats threads[kMaxThreadsShown];
   std::size_t thread_count = brisk_get_thread_stats(threads, kMaxThreadsShown);
   std::size_t shown = thread_count < kMaxThreadsShown ? thread_count : kMaxThreadsShown;
+  brisk_lock_stats locks[BRISK_LOCK_STRUCTURES];
+  brisk_get_lock_stats(locks, BRISK_LOCK_STRUCTURES);
   Printer p(out);
   if (json != 0) {
-    print_json(p, s, classes, threads, shown, thread_count);
+    print_json(p, s, classes, threads, shown, thread_count, locks);
   } else {
-    print_table(p, s, classes, threads, shown, thread_count);
+    print_table(p, s, classes, threads, shown, thread_count, locks);
   }
 }
 

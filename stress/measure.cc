@@ -1,4 +1,6 @@
-// Time, CPU and RSS measurement, and the Recorder that turns a measured phase into a row.
+// Time, CPU, RSS and brisk lock-count measurement, and the Recorder that turns a measured phase
+// into a row.
+#include <dlfcn.h>
 #include <sys/resource.h>
 #include <time.h>
 
@@ -6,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "include/brisk/brisk.h"  // brisk_lock_stats only: brisk's functions are found with dlsym
 #include "stress/suite.h"
 
 namespace brisk::stress {
@@ -29,6 +32,38 @@ std::uint64_t status_field_kib(const char* field) {
   }
   std::fclose(f);
   return value;
+}
+
+// brisk's lock counts, read through dlsym(RTLD_DEFAULT, ...) so that the same binary runs
+// under any allocator (nothing is read when brisk is not loaded). A fixed array: reading them
+// allocates nothing.
+struct LockSnapshot {
+  static constexpr std::size_t kMax = 32;
+  brisk_lock_stats entries[kMax];
+  std::size_t count = 0;
+
+  void read() {
+    using GetLockStats = std::size_t (*)(brisk_lock_stats*, std::size_t);
+    static const auto get = reinterpret_cast<GetLockStats>(dlsym(RTLD_DEFAULT, "brisk_get_lock_stats"));
+    if (get == nullptr) return;
+    std::size_t n = get(entries, kMax);
+    count = n < kMax ? n : kMax;
+  }
+};
+
+// Adds after - before, structure by structure, to the row's counts.
+void add_lock_deltas(Row& row, const LockSnapshot& before, const LockSnapshot& after) {
+  if (after.count == 0 || after.count != before.count) return;
+  if (row.locks.size() != after.count) row.locks.assign(after.count, LockCount{});
+  for (std::size_t i = 0; i < after.count; ++i) {
+    const brisk_lock_stats& a = after.entries[i];
+    const brisk_lock_stats& b = before.entries[i];
+    LockCount& l = row.locks[i];
+    l.name = a.name;
+    l.acquisitions += a.acquisitions - b.acquisitions;
+    l.contended += a.contended - b.contended;
+    l.yields += a.yields - b.yields;
+  }
 }
 
 }  // namespace
@@ -89,6 +124,8 @@ Row& Recorder::last_row(const std::string& workload, int threads) {
 void Recorder::measure(const std::string& workload, int threads,
                        const std::function<std::uint64_t()>& body, std::string note) {
   reset_peak_rss();
+  LockSnapshot locks0, locks1;
+  locks0.read();
   rusage ru0;
   getrusage(RUSAGE_SELF, &ru0);
   const double wall0 = wall_now_ms();
@@ -98,6 +135,7 @@ void Recorder::measure(const std::string& workload, int threads,
   const double cpu1 = cpu_now_ms();
   rusage ru1;
   getrusage(RUSAGE_SELF, &ru1);
+  locks1.read();
   const std::uint64_t rss = peak_rss_kib();
 
   Row& row = find_or_add(workload, threads);
@@ -107,6 +145,7 @@ void Recorder::measure(const std::string& workload, int threads,
   row.sys_ms += ms(ru1.ru_stime) - ms(ru0.ru_stime);
   row.minor_faults += static_cast<std::uint64_t>(ru1.ru_minflt - ru0.ru_minflt);
   row.ops += ops;
+  add_lock_deltas(row, locks0, locks1);
   if (rss > row.peak_rss_kib) row.peak_rss_kib = rss;
   if (!note.empty()) row.note = std::move(note);
   ++row.passes;

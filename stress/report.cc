@@ -24,6 +24,27 @@ double row_ops_per_sec(const Row& row) {
   return row.wall_ms > 0 ? static_cast<double>(row.ops) * 1000.0 / row.wall_ms : 0.0;
 }
 
+// The table's lock columns: acquisitions and contended acquisitions of every brisk structure,
+// summed, and the structure taken most often; "-" when brisk was not the allocator.
+struct LockColumns {
+  char acquisitions[24] = "-";
+  char contended[24] = "-";
+  std::string top = "-";
+  explicit LockColumns(const Row& row) {
+    if (row.locks.empty()) return;
+    std::uint64_t acq = 0, cont = 0;
+    const LockCount* top_lock = &row.locks[0];
+    for (const LockCount& l : row.locks) {
+      acq += l.acquisitions;
+      cont += l.contended;
+      if (l.acquisitions > top_lock->acquisitions) top_lock = &l;
+    }
+    std::snprintf(acquisitions, sizeof acquisitions, "%" PRIu64, acq);
+    std::snprintf(contended, sizeof contended, "%" PRIu64, cont);
+    if (top_lock->acquisitions != 0) top = top_lock->name;
+  }
+};
+
 }  // namespace
 
 double overall_ops_per_sec(const std::vector<Row>& rows) {
@@ -38,17 +59,20 @@ double overall_ops_per_sec(const std::vector<Row>& rows) {
 }
 
 void print_table(const std::vector<Row>& rows) {
-  std::printf("%-14s %7s %11s %11s %10s %12s %13s %14s  %s\n", "workload", "threads", "wall_ms",
-              "cpu_ms", "sys_ms", "minor_faults", "peak_rss_kib", "ops_per_sec", "note");
+  std::printf("%-14s %7s %11s %11s %10s %12s %13s %14s %10s %9s %-15s  %s\n", "workload", "threads",
+              "wall_ms", "cpu_ms", "sys_ms", "minor_faults", "peak_rss_kib", "ops_per_sec", "lock_acq",
+              "contended", "top_lock", "note");
   for (const Row& row : rows) {
     if (row.skipped) {
-      std::printf("%-14s %7s %11s %11s %10s %12s %13s %14s  %s\n", row.workload.c_str(), "-", "-",
-                  "-", "-", "-", "-", "-", row.note.c_str());
+      std::printf("%-14s %7s %11s %11s %10s %12s %13s %14s %10s %9s %-15s  %s\n", row.workload.c_str(), "-",
+                  "-", "-", "-", "-", "-", "-", "-", "-", "-", row.note.c_str());
       continue;
     }
-    std::printf("%-14s %7d %11.1f %11.1f %10.1f %12" PRIu64 " %13" PRIu64 " %14.0f  %s\n",
+    const LockColumns locks(row);
+    std::printf("%-14s %7d %11.1f %11.1f %10.1f %12" PRIu64 " %13" PRIu64 " %14.0f %10s %9s %-15s  %s\n",
                 row.workload.c_str(), row.threads, row.wall_ms, row.cpu_ms, row.sys_ms,
-                row.minor_faults, row.peak_rss_kib, row_ops_per_sec(row), row.note.c_str());
+                row.minor_faults, row.peak_rss_kib, row_ops_per_sec(row), locks.acquisitions,
+                locks.contended, locks.top.c_str(), row.note.c_str());
   }
 }
 
@@ -72,6 +96,19 @@ bool write_json(const std::string& path, const Options& options, const std::vect
                    ", \"peak_rss_kib\": %" PRIu64 ", \"ops\": %" PRIu64 ", \"ops_per_sec\": %.1f",
                    row.wall_ms, row.cpu_ms, row.sys_ms, row.minor_faults, row.peak_rss_kib, row.ops,
                    row_ops_per_sec(row));
+    }
+    if (!row.skipped) {
+      // brisk's lock counts per structure, or null under another allocator.
+      std::fprintf(f, ", \"locks\": ");
+      if (row.locks.empty()) std::fprintf(f, "null");
+      for (std::size_t k = 0; k < row.locks.size(); ++k) {
+        const LockCount& l = row.locks[k];
+        std::fprintf(f, "%s", k == 0 ? "{" : ", ");
+        json_string(f, l.name);
+        std::fprintf(f, ": {\"acquisitions\": %" PRIu64 ", \"contended\": %" PRIu64 ", \"yields\": %" PRIu64 "}",
+                     l.acquisitions, l.contended, l.yields);
+      }
+      if (!row.locks.empty()) std::fprintf(f, "}");
     }
     if (!row.series_kib.empty()) {
       std::fprintf(f, ", \"rss_kib_per_round\": [");

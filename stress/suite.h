@@ -29,6 +29,15 @@ struct Options {
   bool parallel_row = true;
 };
 
+// brisk's counts for one of its locked structures (brisk_get_lock_stats) over a row's measured
+// phases.
+struct LockCount {
+  std::string name;
+  std::uint64_t acquisitions = 0;
+  std::uint64_t contended = 0;
+  std::uint64_t yields = 0;
+};
+
 // One row of the table: one workload at one thread count. In soak mode the passes of the same
 // row are summed.
 struct Row {
@@ -40,6 +49,7 @@ struct Row {
   std::uint64_t minor_faults = 0; // page faults served without I/O: mostly fresh pages touched
   std::uint64_t peak_rss_kib = 0;
   std::uint64_t ops = 0;  // allocation operations: malloc, calloc, realloc, free, new, delete
+  std::vector<LockCount> locks;   // brisk's, in its order; empty when brisk is not the allocator
   bool skipped = false;
   std::string note;
   std::vector<std::uint64_t> series_kib;  // churn: the peak RSS of each round

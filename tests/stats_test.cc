@@ -173,7 +173,7 @@ TEST(Stats, RemoteFreesAreCountedFromTheFreeToTheOwnersDrain) {
 }
 
 // A JSON checker for what brisk_print_stats writes: objects, arrays, strings without escapes,
-// unsigned numbers. Records each key with its number.
+// unsigned numbers. Records each key with its number (an object's key with "{").
 class Json {
  public:
   explicit Json(const std::string& s) : s_(s) {}
@@ -213,6 +213,7 @@ class Json {
     if (i_ >= s_.size()) return false;
     if (s_[i_] == '{') {
       ++i_;
+      if (!key.empty()) keys_ += "\"" + key + "\"={;";
       if (Eat('}')) return true;
       do {
         std::string k;
@@ -274,10 +275,18 @@ TEST(Stats, JsonOutputParsesAndNamesEveryField) {
   size_t classes_in_use = 0;
   for (const auto& c : k) classes_in_use += c.spans != 0 || c.live_blocks != 0;
   EXPECT_EQ(json.Count("block_size"), classes_in_use);
+  EXPECT_EQ(json.Count("locks"), 1u) << text;
+  for (const char* name : {"central pools", "medium pool", "chunk registry", "chunk cache", "abandoned chunks",
+                           "large cache", "heap pool", "heap slow locks", "background pass", "orphan queue"})
+    EXPECT_EQ(json.Count(name), 1u) << name << " in\n" << text;
+  EXPECT_EQ(json.Count("acquisitions"), size_t{BRISK_LOCK_STRUCTURES}) << text;
+  EXPECT_EQ(json.Count("contended"), size_t{BRISK_LOCK_STRUCTURES}) << text;
 
   std::string table = Printed(0);
   EXPECT_NE(table.find("bytes_in_use"), std::string::npos) << table;
   EXPECT_NE(table.find("size classes"), std::string::npos) << table;
+  EXPECT_NE(table.find("central pools"), std::string::npos) << table;
+  EXPECT_NE(table.find("orphan queue"), std::string::npos) << table;
   EXPECT_FALSE(Json(table).Parse());  // the checker can fail
 
   // A stream without a descriptor gets the same text.

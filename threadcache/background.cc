@@ -115,6 +115,7 @@ void background_reset_in_child() { g_state.store(0, std::memory_order_relaxed); 
 void background_locks_acquire() { g_pass_lock.lock(); }
 void background_locks_release() { g_pass_lock.unlock(); }
 void background_locks_reset_in_child() { g_pass_lock.reset_after_fork(); }
+LockCounts background_lock_counts() { return g_pass_lock.counts(); }
 
 std::size_t background_bytes_returned() { return g_bytes_returned.load(std::memory_order_relaxed); }
 

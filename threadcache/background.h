@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/lock.h"
+
 namespace brisk {
 
 class Heap;
@@ -20,6 +22,7 @@ void background_reset_in_child();
 void background_locks_acquire();
 void background_locks_release();
 void background_locks_reset_in_child();
+LockCounts background_lock_counts();  // the pass lock (brisk_get_lock_stats)
 
 // One pass of the background thread's work at time now (milliseconds, platform::now_ms), for
 // the thread's loop and for tests with a fake clock. Returns the milliseconds to sleep before

@@ -252,6 +252,7 @@ void* alloc_with_borrowed_heap(Alloc alloc) {
   return p;
 }
 std::size_t heap_collect(Heap* h);     // brisk_thread_collect; returns bytes given back to the OS
+LockCounts heap_pool_lock_counts();    // the pool of exited threads' heaps (brisk_get_lock_stats)
 // Re-reads the strategy's levers into h if the strategy changed since h last read them.
 void heap_refresh_levers_slow(Heap* h);
 inline void heap_refresh_levers(Heap* h) {

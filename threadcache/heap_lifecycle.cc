@@ -252,6 +252,8 @@ void atfork_child() {
 
 }  // namespace
 
+LockCounts heap_pool_lock_counts() { return g_pool_lock.counts(); }
+
 void process_init() {
   if (BRISK_LIKELY(g_init_state.load(std::memory_order_acquire) == 2)) return;
   int expected = 0;

@@ -1,8 +1,12 @@
 // Statistics derived from span state. See heap_stats.h.
 #include "threadcache/heap_stats.h"
 
+#include "core/central_pool.h"
 #include "core/chunk.h"
+#include "core/large.h"
 #include "core/stats.h"
+#include "threadcache/background.h"
+#include "threadcache/orphans.h"
 
 namespace brisk {
 namespace {
@@ -91,6 +95,20 @@ void gather_span_totals(SpanTotals* totals, HeapCounts* heaps, std::size_t n) {
   for (Heap* h = all_heaps(); h != nullptr; h = h->all_next)
     for (const OutgoingBatch& o : h->outgoing) queued += load_shared(o.bytes);
   totals->remote_queued_bytes = queued;
+}
+
+void gather_lock_counts(LockCounts (&out)[kLockedStructures]) {
+  for (LockCounts& c : out) c = LockCounts{};
+  for (unsigned c = 0; c < kNumClasses; ++c) out[kLockCentralPools].add(g_central[c].lock.counts());
+  out[kLockMediumPool] = g_central[kMediumPool].lock.counts();
+  out[kLockChunkRegistry] = chunk_registry_lock_counts();
+  out[kLockChunkCache] = chunk_cache_lock_counts();
+  out[kLockAbandonedChunks] = chunk_abandoned_lock_counts();
+  out[kLockLargeCache] = large_lock_counts();
+  out[kLockHeapPool] = heap_pool_lock_counts();
+  for (Heap* h = all_heaps(); h != nullptr; h = h->all_next) out[kLockHeapSlow].add(h->slow_lock.counts());
+  out[kLockBackgroundPass] = background_lock_counts();
+  out[kLockOrphanQueue] = orphan_queue_counts();
 }
 
 std::uint64_t remote_frees_sent(const Heap* h) {

@@ -49,6 +49,26 @@ void gather_span_totals(SpanTotals* totals, HeapCounts* heaps = nullptr, std::si
 // Blocks h freed into other heaps' spans: sent, and waiting in its outgoing batches.
 std::uint64_t remote_frees_sent(const Heap* h);
 
+// The structures whose locks brisk_get_lock_stats reports, in its order, and their names there.
+enum LockedStructure : unsigned {
+  kLockCentralPools,     // g_central's small-class pools, summed
+  kLockMediumPool,       // g_central[kMediumPool]
+  kLockChunkRegistry,
+  kLockChunkCache,
+  kLockAbandonedChunks,
+  kLockLargeCache,
+  kLockHeapPool,
+  kLockHeapSlow,         // every heap's slow_lock, summed
+  kLockBackgroundPass,
+  kLockOrphanQueue,      // lock-free: operations and lost compare-and-swaps (orphans.h)
+  kLockedStructures
+};
+inline constexpr const char* kLockedStructureNames[kLockedStructures] = {
+    "central pools", "medium pool",     "chunk registry", "chunk cache",     "abandoned chunks",
+    "large cache",   "heap pool",       "heap slow locks", "background pass", "orphan queue"};
+// Reads every structure's counts (each counter on its own, without taking a lock).
+void gather_lock_counts(LockCounts (&out)[kLockedStructures]);
+
 // The heaps attached to a thread now, newest first: skips the first `skip`, writes up to max of
 // the rest to out, and returns how many there are in all.
 std::size_t attached_heaps(const Heap** out, std::size_t max, std::size_t skip = 0);

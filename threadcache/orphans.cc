@@ -78,8 +78,28 @@ std::size_t process_orphan_block(Block* b) {
 
 }  // namespace
 
+namespace {
+// Relaxed counters on a line of their own: pushes come from any thread freeing into an orphan.
+struct alignas(BRISK_CACHELINE) OrphanQueueCounters {
+  std::atomic<std::uint64_t> operations{0};
+  std::atomic<std::uint64_t> retries{0};
+};
+OrphanQueueCounters g_orphan_queue_counters;
+}  // namespace
+
+void orphan_queue_counted_push(std::uint64_t retries) {
+  g_orphan_queue_counters.operations.fetch_add(1, std::memory_order_relaxed);
+  if (retries != 0) g_orphan_queue_counters.retries.fetch_add(retries, std::memory_order_relaxed);
+}
+
+LockCounts orphan_queue_counts() {
+  return LockCounts{g_orphan_queue_counters.operations.load(std::memory_order_relaxed),
+                    g_orphan_queue_counters.retries.load(std::memory_order_relaxed), 0};
+}
+
 void drain_orphans() {
   Block* b = g_orphan_heap.incoming.take_all();
+  if (b != nullptr) g_orphan_queue_counters.operations.fetch_add(1, std::memory_order_relaxed);
   std::size_t bytes = 0;
   while (b != nullptr) {
     Block* next = chain_next(b);

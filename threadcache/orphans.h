@@ -12,4 +12,9 @@ void orphan_span(Span* s);              // hands a span of an exiting heap to it
 bool adopt_orphan_span(Heap* h, Span* s);  // false if another thread took it first
 void drain_orphans();                   // puts every block in the orphan queue back
 
+// The orphan queue is lock-free: brisk_get_lock_stats counts its operations (chains pushed,
+// non-empty takes) as acquisitions and its lost compare-and-swaps as contended.
+void orphan_queue_counted_push(std::uint64_t retries);
+LockCounts orphan_queue_counts();
+
 }  // namespace brisk

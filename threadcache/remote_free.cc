@@ -4,16 +4,19 @@
 #include "core/chunk.h"
 #include "core/report.h"
 #include "core/stats.h"
+#include "threadcache/orphans.h"
 
 namespace brisk {
 
 void send_chain(Heap* dest, Block* first, Block* last, std::size_t bytes) {
   // Counted before the push: the consumer subtracts after its take, so the count never wraps.
   stats::add(stats::g.remote_queued_bytes, static_cast<std::int64_t>(bytes));
-  if (!dest->incoming.push(first, last)) {
-    // The owner has exited (its queue is closed): its spans are, or are about to be, orphans.
-    g_orphan_heap.incoming.push(first, last);
-  }
+  if (dest != &g_orphan_heap && dest->incoming.push(first, last)) return;
+  // To the orphan queue: dest's spans are orphans, or dest has exited (its queue is closed) and
+  // its spans are, or are about to be, orphans. Counted for brisk_get_lock_stats.
+  std::uint64_t retries = 0;
+  g_orphan_heap.incoming.push(first, last, &retries);
+  orphan_queue_counted_push(retries);
 }
 
 namespace {

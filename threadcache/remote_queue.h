@@ -12,6 +12,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 
 #include "core/assert.h"
 #include "core/free_key.h"
@@ -21,14 +22,16 @@ namespace brisk {
 
 class RemoteQueue {
  public:
-  bool push(Block* first, Block* last) {
+  // retries, if given, counts the compare-and-swaps that lost to another push or a take.
+  bool push(Block* first, Block* last, std::uint64_t* retries = nullptr) {
     std::uintptr_t last_mask = free_code(reinterpret_cast<std::uintptr_t>(last)).link_mask;
     Block* h = head_.load(std::memory_order_relaxed);
-    do {
+    for (;;) {
       if (BRISK_UNLIKELY(h == closed())) return false;
       set_link(last, h, last_mask);
-    } while (!head_.compare_exchange_weak(h, first, std::memory_order_release, std::memory_order_relaxed));
-    return true;
+      if (head_.compare_exchange_weak(h, first, std::memory_order_release, std::memory_order_relaxed)) return true;
+      if (retries != nullptr) ++*retries;
+    }
   }
   bool empty() const {
     Block* h = head_.load(std::memory_order_relaxed);

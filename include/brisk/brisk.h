@@ -140,9 +140,28 @@ typedef struct brisk_thread_stats {
  * thread that exited during the call is all zero). */
 size_t brisk_get_thread_stats(brisk_thread_stats* out, size_t max);
 
+/* Per central structure: how often its lock was taken and how often a thread found it held
+ * (the README's "Scaling on paper" says which path takes which). Counted since the process
+ * started, on slow paths only; the allocation fast paths take no lock. Entries, in this order:
+ * "central pools" (the small size classes' pools, summed), "medium pool", "chunk registry",
+ * "chunk cache", "abandoned chunks", "large cache", "heap pool" (heaps of exited threads),
+ * "heap slow locks" (every thread heap's own lock, summed), "background pass", and
+ * "orphan queue", which is lock-free: acquisitions counts its operations (chains pushed,
+ * non-empty takes) and contended its compare-and-swaps that lost a race. */
+typedef struct brisk_lock_stats {
+  const char* name;       /* a static string */
+  uint64_t acquisitions;  /* times the lock was taken */
+  uint64_t contended;     /* of which it was held by another thread and had to wait */
+  uint64_t yields;        /* sched_yield calls made while waiting */
+} brisk_lock_stats;
+#define BRISK_LOCK_STRUCTURES 10
+/* Fills out[0 .. min(max, BRISK_LOCK_STRUCTURES)) and returns BRISK_LOCK_STRUCTURES. Takes no
+ * lock; each counter is read on its own. */
+size_t brisk_get_lock_stats(brisk_lock_stats* out, size_t max);
+
 /* Writes the statistics above to `out`, as a table (json = 0) or as one JSON object (json != 0:
- * {"stats": {field: number, ...}, "classes": [...], "threads": [...]}, classes and threads with
- * nothing in them left out). Calls no malloc: it formats into a buffer on the stack and writes
+ * {"stats": {field: number, ...}, "classes": [...], "threads": [...], "locks": {name: {...}}}, classes
+ * and threads with nothing in them left out). Calls no malloc: it formats into a buffer on the stack and writes
  * it to fileno(out) after fflush(out) (a stream without a descriptor gets fwrite), so it is
  * safe at exit and in a damaged heap. BRISK_STATS=1 (table) or 2 (JSON) prints it to stderr at
  * exit. */
