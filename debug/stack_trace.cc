@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/assert.h"
+#include "core/hints.h"
 #include "core/platform.h"
 #include "core/text_writer.h"
 
@@ -100,7 +101,11 @@ void cache_learn(std::uintptr_t pc, std::uint64_t info) {
   }
 }
 
-std::uintptr_t load_word(std::uintptr_t address) { return *reinterpret_cast<const std::uintptr_t*>(address); }
+// A word of the calling thread's stack, in any frame: saved registers, return addresses, or
+// (looking for a saved RBP) a caller's locals, which AddressSanitizer guards with redzones.
+__attribute__((no_sanitize("address"))) std::uintptr_t load_word(std::uintptr_t address) {
+  return *reinterpret_cast<const std::uintptr_t*>(address);
+}
 
 // Walks the stack above a frame whose CFA is cfa and whose caller's RBP is rbp with the cache
 // alone: the frame count, or -1 when a return address is missing or uncached, or a frame
@@ -216,7 +221,8 @@ int on_frame(UnwindContext* context, void* argument) {
   return kUnwindNoReason;
 }
 
-int unwind(std::uintptr_t* frames, int max_depth, int skip, bool learn) {
+// Inlined into both capture functions, so that skip counts their frame and no other.
+BRISK_ALWAYS_INLINE int unwind(std::uintptr_t* frames, int max_depth, int skip, bool learn) {
   CaptureState state{frames, max_depth, skip, 0, learn, false, 0, 0, 0, false};
   g_unwinder.backtrace(on_frame, &state);
   // Unless the capture was full, the unwinder found no caller above the last frame (or a zero

@@ -284,6 +284,42 @@ TEST_F(StackTrace, AFrameWithAFramePointerIsWalkedThroughItsRbpWhateverItsSize) 
   }
 }
 
+// A frame that realigns its stack for an over-aligned local keeps a frame pointer: CFA =
+// RBP + 16 at any alignment of the stack it was called on.
+__attribute__((noinline)) void Realigned(long a, long b, long c, long d, long e, long f, CaptureFn capture, Capture* out) {
+  alignas(64) char buffer[64];
+  buffer[0] = static_cast<char>(a + b + c + d + e + f);
+  asm volatile("" : : "r"(buffer) : "memory");
+  Chain(3, capture, out, 8);
+  asm volatile("" ::: "memory");
+}
+
+volatile long g_argument = 1;
+
+__attribute__((noinline)) void RealignedBoth(Capture* cached, Capture* unwound) {
+  CaptureFn const captures[2] = {capture_stack, brisk::debug::capture_stack_unwound};
+  Capture* const outs[2] = {cached, unwound};
+  for (int i = 0; i < 2; ++i) {
+    asm volatile("" : "+r"(i));  // one call site for both: no unrolling
+    Realigned(g_argument, g_argument, g_argument, g_argument, g_argument, g_argument, captures[i], outs[i]);
+  }
+  asm volatile("" ::: "memory");
+}
+
+TEST_F(StackTrace, AFrameThatRealignsItsStackIsWalkedThroughItsRbp) {
+  for (int round = 0; round < 3; ++round) {
+    Capture cached, unwound;
+    const auto before = brisk::debug::capture_counts();
+    RealignedBoth(&cached, &unwound);
+    const auto after = brisk::debug::capture_counts();
+    ExpectSameFrames(cached, unwound, "realigned");
+    if (round > 0) {  // the first walk taught the cache
+      EXPECT_EQ(after.cached, before.cached + 1) << round;
+      EXPECT_EQ(after.unwound, before.unwound) << round;
+    }
+  }
+}
+
 Capture g_signal_cached, g_signal_unwound;
 void CaptureInSignal(int) { CaptureBoth(1, 0, brisk::debug::kMaxStackDepth, &g_signal_cached, &g_signal_unwound); }
 
