@@ -233,12 +233,13 @@ TEST_F(StackTrace, CachedCapturesAreTheUnwindersAndRepeatedStacksComeFromTheCach
     }
   }
   // From one call site twice: the second capture of a stack walked before is served by the
-  // cache alone.
+  // cache alone. 6 frames end at CaptureBoth's: the test's own frames, not gtest's, whose
+  // rules the cache may not know.
   for (int k = 0; k < 2; ++k) {
     asm volatile("" : "+r"(k));
     Capture cached, unwound;
     const auto before = brisk::debug::capture_counts();
-    CaptureBoth(2, 0, 8, &cached, &unwound);
+    CaptureBoth(2, 0, 6, &cached, &unwound);
     const auto after = brisk::debug::capture_counts();
     ExpectSameFrames(cached, unwound, "counted");
     if (k == 1) {
