@@ -51,6 +51,7 @@ constexpr Option kTable[] = {
     {Id::kPurgeAdvice, "BRISK_PURGE_ADVICE", {1, 0, 0}, 0, 1},
     {Id::kStats, "BRISK_STATS", {0, 0, 0}, 0, 2},
     {Id::kDebugAction, "BRISK_DEBUG_ACTION", {0, 0, 0}, 0, 1, kDebugActionNames},
+    {Id::kDebugFillLimit, "BRISK_DEBUG_FILL_LIMIT", {4 * MiB, 4 * MiB, 4 * MiB}, 0, std::int64_t{1} << 44},
 };
 constexpr unsigned kOptionCount = static_cast<unsigned>(Id::kCount);
 static_assert(sizeof kTable / sizeof kTable[0] == kOptionCount, "one row per option id");

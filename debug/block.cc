@@ -46,7 +46,8 @@ struct Header {
   std::uint32_t free_stack;
   Kind kind;
   State state;
-  std::uint16_t reserved;
+  bool edges_only;  // patterns on the first and last kFillEdgeBytes only (the fill limit)
+  std::uint8_t reserved;
   std::uint32_t checksum;  // over every field but check, prev, next and itself
   std::uint8_t guard[kGuardBytes];
 };
@@ -67,6 +68,11 @@ StackDepot g_depot;
 std::atomic<std::uint32_t> g_thread_numbers{0};
 int g_stack_depth = 0;
 std::atomic<bool> g_keep_going{false};  // BRISK_DEBUG_ACTION=report
+// BRISK_DEBUG_FILL_LIMIT. Filling a 10-100 MiB block whole costs a page fault per 4 KiB page
+// and two passes over it (MMtest's large test ran 82 s at 0.02% scale, against well under a
+// second in release mode); its edges are where an overrun, a short copy or a stale pointer to
+// its start land.
+std::atomic<std::size_t> g_fill_limit{std::size_t{4} << 20};
 std::atomic<int> g_init_state{0};  // 0: not started, 1: running, 2: done
 __thread std::uint32_t t_thread_number __attribute__((tls_model("initial-exec"))) = 0;
 
@@ -95,7 +101,8 @@ std::uint32_t checksum_of(const Header* h) {
   mix(h->sequence);
   mix((std::uint64_t{h->alloc_thread} << 32) | h->free_thread);
   mix((std::uint64_t{h->alloc_stack} << 32) | h->free_stack);
-  mix((std::uint64_t{static_cast<std::uint8_t>(h->kind)} << 8) | static_cast<std::uint8_t>(h->state));
+  mix((std::uint64_t{h->edges_only} << 16) | (std::uint64_t{static_cast<std::uint8_t>(h->kind)} << 8) |
+      static_cast<std::uint8_t>(h->state));
   return static_cast<std::uint32_t>(x ^ (x >> 32));
 }
 void seal(Header* h) { h->checksum = checksum_of(h); }
@@ -194,6 +201,55 @@ const char* damage_of(const Header* h, FillDamage* damage) {
   return nullptr;
 }
 
+// Whether a block of this size gets its patterns on its edges only. Decided once, at
+// allocation, and kept in the header: the limit may change while the block lives.
+bool fill_edges_only(std::size_t user_size) {
+  return user_size > g_fill_limit.load(std::memory_order_relaxed) && user_size > 2 * kFillEdgeBytes;
+}
+
+// Calls part(offset, length) for each part of a block's user data that carries its fill
+// pattern: all of it, or its two edges.
+template <class Part>
+void for_each_filled_part(const Header* h, Part part) {
+  if (!h->edges_only) {
+    part(std::size_t{0}, static_cast<std::size_t>(h->user_size));
+    return;
+  }
+  part(std::size_t{0}, kFillEdgeBytes);
+  part(h->user_size - kFillEdgeBytes, kFillEdgeBytes);
+}
+
+void fill_user(Header* h, std::uint8_t byte) {
+  for_each_filled_part(h, [h, byte](std::size_t offset, std::size_t length) {
+    fill_block(user_of(h) + offset, length, byte);
+  });
+}
+
+// Whether the filled parts of a freed block still hold the freed pattern; else *damage, with
+// offsets from the user pointer.
+bool freed_pattern_intact(const Header* h, FillDamage* damage) {
+  bool intact = true;
+  for_each_filled_part(h, [h, damage, &intact](std::size_t offset, std::size_t length) {
+    FillDamage part;
+    if (check_fill(user_of(h) + offset, length, kFreedByte, &part)) return;
+    if (intact) {
+      damage->first_offset = part.first_offset + offset;
+      damage->range_count = 0;
+      damage->more_ranges = false;
+      intact = false;
+    }
+    for (int i = 0; i < part.range_count; ++i) {
+      if (damage->range_count == kMaxDamagedRanges) {
+        damage->more_ranges = true;
+        return;
+      }
+      damage->ranges[damage->range_count++] = {part.ranges[i].offset + offset, part.ranges[i].length};
+    }
+    damage->more_ranges |= part.more_ranges;
+  });
+  return intact;
+}
+
 // A report's inputs, copied while the block could not change (under its heap's live_lock), so that it can be
 // reported after the lock is dropped.
 struct Snapshot {
@@ -279,7 +335,7 @@ void leave_quarantine(Header* h) {
   FillDamage damage;
   const char* problem = damage_of(h, &damage);
   if (problem == nullptr) {
-    if (check_fill(user_of(h), h->user_size, kFreedByte, &damage)) {
+    if (freed_pattern_intact(h, &damage)) {
       free_underlying(h);
       return;
     }
@@ -340,6 +396,7 @@ void init() {
     g_depot.init(1u << 16, std::size_t{64} << 20);
   }
   g_keep_going.store(options::get(options::Id::kDebugAction) == 1, std::memory_order_relaxed);
+  g_fill_limit.store(static_cast<std::size_t>(options::get(options::Id::kDebugFillLimit)), std::memory_order_relaxed);
   g_quarantine.init(Quarantine::default_budget(), 1u << 16);
   fill_check_init();
   // Installed at load already, unless this runs in a constructor before debug/'s.
@@ -349,6 +406,7 @@ void init() {
 }
 
 void set_keep_going(bool keep_going) { g_keep_going.store(keep_going, std::memory_order_relaxed); }
+void set_fill_limit(std::size_t bytes) { g_fill_limit.store(bytes, std::memory_order_relaxed); }
 
 namespace {
 
@@ -387,7 +445,7 @@ void* allocate(std::size_t size, std::size_t alignment, Kind kind, bool zero) {
     // The debug heap is the calling thread's: its spans are used without a lock.
     void* u = total <= kSmallMax    ? alloc_small(d, size_to_class(total), total)
               : total <= kMediumMax ? alloc_medium(d, total, false)
-                                    : large_alloc(total, kMinAlign, false);  // total has the slack
+                                    : large_alloc(total, kMinAlign, zero);  // total has the slack
     if (u == nullptr) return nullptr;
     auto ua = reinterpret_cast<std::uintptr_t>(u);
     std::uintptr_t a = (ua + kHeaderBytes + alignment - 1) & ~(alignment - 1);
@@ -402,10 +460,12 @@ void* allocate(std::size_t size, std::size_t alignment, Kind kind, bool zero) {
     h->free_stack = kNoStack;
     h->kind = kind;
     h->state = State::kLive;
+    h->edges_only = fill_edges_only(size);
     h->reserved = 0;
     std::memset(h->guard, kGuardByte, kGuardBytes);
     seal(h);
-    std::memset(user_of(h), zero ? 0 : kAllocByte, size);
+    if (!zero) fill_user(h, kAllocByte);
+    else if (total <= kMediumMax) std::memset(user_of(h), 0, size);  // large_alloc zeroed the rest
     std::memset(user_of(h) + size, kGuardByte, kGuardBytes);
     {
       LockGuard g(d->live_lock);
@@ -474,7 +534,7 @@ bool release(void* p, Kind kind, std::size_t sized) {
   }
   if (s.problem != nullptr) problem_found(s);
   if (keep) return true;
-  fill_block(user_of(h), h->user_size, kFreedByte);
+  fill_user(h, kFreedByte);
   constexpr std::size_t kBatch = 16;
   QuarantinedBlock evicted[kBatch];
   std::size_t bytes = h->user_size + kHeaderBytes + kGuardBytes;
@@ -529,7 +589,7 @@ int check_block(const void* p) {
     FillDamage damage;
     if (h->state == State::kLive) {
       if (const char* problem = damage_of(h, &damage)) take_snapshot(&s, problem, h, &damage);
-    } else if (h->state == State::kQuarantined && !check_fill(user_of(h), h->user_size, kFreedByte, &damage)) {
+    } else if (h->state == State::kQuarantined && !freed_pattern_intact(h, &damage)) {
       take_snapshot(&s, "write after free (found by brisk_check_heap)", h, &damage);
     }
   }
@@ -576,7 +636,7 @@ int check_heap() {
         auto* v = static_cast<Visit*>(context);
         auto* h = static_cast<Header*>(b.block);
         FillDamage damage;
-        if (check_fill(user_of(h), h->user_size, kFreedByte, &damage)) return;
+        if (freed_pattern_intact(h, &damage)) return;
         if (*v->queued < kBatch) take_snapshot(&g_check_batch[(*v->queued)++], "write after free (found by brisk_check_heap)", h, &damage);
         ++v->damaged;
       },

@@ -62,6 +62,13 @@ int check_heap();
 // total first; returns the number of groups. Called at exit unless BRISK_DEBUG_LEAKS=0.
 int report_leaks();
 
+// BRISK_DEBUG_FILL_LIMIT: a block of up to this many user bytes gets the new and freed
+// patterns, and the freed check, on every byte; a larger one on its first and last
+// kFillEdgeBytes only (its guard, canary and header are checked whatever its size). init()
+// reads the variable; tests set it here after init().
+inline constexpr std::size_t kFillEdgeBytes = 32 * 1024;
+void set_fill_limit(std::size_t bytes);
+
 // BRISK_DEBUG_ACTION: false (abort, the default) aborts after a report; true (report) goes on,
 // never reusing a damaged block. init() reads the variable; tests set it here after init().
 void set_keep_going(bool keep_going);

@@ -61,6 +61,15 @@ std::size_t Quarantine::push(void* block, std::size_t bytes, QuarantinedBlock* e
   ++shard.count;
   shard.bytes += bytes;
   while (n < capacity && over_budget(shard)) evicted[n++] = pop_oldest(shard);
+  // The next block to leave is checked at this shard's next push, after it sat here long
+  // enough to leave every cache: its header and first bytes were the first miss of a debug
+  // free (perf: 27% of MMtest small's time without stacks, in the header's checksum).
+  if (n > 0 && shard.count > 1) {
+    const char* next = static_cast<const char*>(shard.ring[shard.head].block);
+    __builtin_prefetch(next);
+    __builtin_prefetch(next + 64);
+    __builtin_prefetch(next + 128);
+  }
   return n;
 }
 

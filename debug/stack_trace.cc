@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/assert.h"
+#include "core/hints.h"
 #include "core/platform.h"
 #include "core/text_writer.h"
 
@@ -16,33 +17,218 @@ namespace {
 struct UnwindContext;
 using UnwindTraceFn = int (*)(UnwindContext*, void*);
 using UnwindBacktraceFn = int (*)(UnwindTraceFn, void*);
-using UnwindGetIpFn = std::uintptr_t (*)(UnwindContext*);
+using UnwindGetIpInfoFn = std::uintptr_t (*)(UnwindContext*, int*);
+using UnwindGetCfaFn = std::uintptr_t (*)(UnwindContext*);
+using UnwindGetGrFn = std::uintptr_t (*)(UnwindContext*, int);
 constexpr int kUnwindNoReason = 0;
 constexpr int kUnwindNormalStop = 4;
 
-// Written once by stack_trace_init, before any capture that uses them (relaxed: a capture that
-// races with init sees either nothing or both, as the pair is published by backtrace last).
-std::atomic<UnwindGetIpFn> g_get_ip{nullptr};
-std::atomic<UnwindBacktraceFn> g_backtrace{nullptr};
+struct Unwinder {
+  UnwindBacktraceFn backtrace;
+  UnwindGetIpInfoFn get_ip_info;
+  UnwindGetCfaFn get_cfa;
+  UnwindGetGrFn get_gr;
+};
+// Written once by stack_trace_init, before any capture that uses it.
+Unwinder g_unwinder{};
+std::atomic<bool> g_have_unwinder{false};
+
+// ---- The frame cache (x86-64) --------------------------------------------------------------
+// The unwinder interprets each frame's DWARF call-frame program on every capture: 8 frames cost
+// 3-17x a debug allocation without stacks. On x86-64 a return address is always stored at
+// CFA - 8, and at a given return address a function's CFA is either its stack pointer plus a
+// constant (code built without frame pointers) or its RBP plus 16 (with one: the caller's RBP
+// is saved at RBP). So the cache keeps, per return address the unwinder has walked through,
+// that rule and where the caller's RBP is (unchanged, or saved at CFA - 8k), and a later
+// capture through the same return addresses walks the stack with a few loads per frame. A frame
+// whose CFA follows neither rule (a stack realigned through another register, signal frames and
+// their trampolines, frames above 8 KiB) is marked uncached: a walk through it, or through a
+// return address not seen yet, falls back to the unwinder, which teaches the cache.
+#if defined(__x86_64__)
+constexpr bool kFrameCache = true;
+#else
+constexpr bool kFrameCache = false;
+#endif
+
+// A slot: return address << kInfoBits | info; 0 when empty. Slots are written with
+// compare-and-swap; an entry only ever gains kTerminal or kUncached, so any thread may read it.
+// info: kTerminal | kUncached | kFramePointer | RBP's save slot k (0: unchanged) << kSlotShift
+//       | (CFA - SP) / 8 (rsp-based frames).
+constexpr unsigned kInfoBits = 17;
+constexpr std::uint64_t kTerminal = 1u << 16;      // the unwinder found no caller above this frame
+constexpr std::uint64_t kUncached = 1u << 15;      // no rule fits: walk with the unwinder
+constexpr std::uint64_t kFramePointer = 1u << 14;  // CFA = RBP + 16, the caller's RBP at RBP
+constexpr unsigned kSlotShift = 10;
+constexpr std::uint64_t kMaxSaveSlot = 15;
+constexpr std::uint64_t kDeltaMask = (1u << kSlotShift) - 1;
+constexpr std::uint64_t kRuleMask = kFramePointer | (kMaxSaveSlot << kSlotShift) | kDeltaMask;
+constexpr std::size_t kCacheSlots = std::size_t{1} << 16;
+constexpr std::size_t kCacheProbes = 8;
+std::atomic<std::uint64_t>* g_frame_cache = nullptr;  // set by stack_trace_init
+std::atomic<std::uint64_t> g_cached_captures{0};
+std::atomic<std::uint64_t> g_unwound_captures{0};
+
+std::size_t cache_slot(std::uintptr_t pc) { return static_cast<std::size_t>((pc * 0x9E3779B97F4A7C15ull) >> 48) & (kCacheSlots - 1); }
+
+// The info of a return address, or 0 when it is not in the cache.
+std::uint64_t cache_find(std::uintptr_t pc) {
+  for (std::size_t i = 0, slot = cache_slot(pc); i < kCacheProbes; ++i, slot = (slot + 1) & (kCacheSlots - 1)) {
+    const std::uint64_t entry = g_frame_cache[slot].load(std::memory_order_relaxed);
+    if (entry == 0) return 0;
+    if ((entry >> kInfoBits) == pc) return entry & ((std::uint64_t{1} << kInfoBits) - 1);
+  }
+  return 0;
+}
+
+// Records what a walk found for pc, merged with what is there: a second, different rule marks
+// the return address uncached. A full probe run caches nothing.
+void cache_learn(std::uintptr_t pc, std::uint64_t info) {
+  if (pc == 0 || pc >= (std::uintptr_t{1} << (64 - kInfoBits))) return;
+  if (info & kUncached) info &= kTerminal | kUncached;
+  for (std::size_t i = 0, slot = cache_slot(pc); i < kCacheProbes; ++i, slot = (slot + 1) & (kCacheSlots - 1)) {
+    std::uint64_t entry = g_frame_cache[slot].load(std::memory_order_relaxed);
+    for (;;) {
+      if (entry == 0) {
+        if (g_frame_cache[slot].compare_exchange_weak(entry, (std::uint64_t{pc} << kInfoBits) | info, std::memory_order_relaxed))
+          return;
+        continue;  // entry reloaded: another thread took the slot
+      }
+      if ((entry >> kInfoBits) != pc) break;
+      std::uint64_t merged = entry | (info & (kTerminal | kUncached));
+      if (!(info & kUncached) && (entry & kRuleMask) != (info & kRuleMask)) merged |= kUncached;
+      if (merged == entry || g_frame_cache[slot].compare_exchange_weak(entry, merged, std::memory_order_relaxed)) return;
+    }
+  }
+}
+
+// A word of the calling thread's stack, in any frame: saved registers, return addresses, or
+// (looking for a saved RBP) a caller's locals, which AddressSanitizer guards with redzones.
+__attribute__((no_sanitize("address"))) std::uintptr_t load_word(std::uintptr_t address) {
+  return *reinterpret_cast<const std::uintptr_t*>(address);
+}
+
+// Walks the stack above a frame whose CFA is cfa and whose caller's RBP is rbp with the cache
+// alone: the frame count, or -1 when a return address is missing or uncached, or a frame
+// pointer leads nowhere sensible (the caller unwinds instead).
+int walk_cached(std::uintptr_t cfa, std::uintptr_t rbp, std::uintptr_t* frames, int max_depth, int skip) {
+  std::uintptr_t sp = cfa;
+  std::uintptr_t pc = load_word(cfa - 8);
+  int depth = 0;
+  for (;;) {
+    if (pc == 0) return depth;
+    if (skip > 0) --skip;
+    else frames[depth++] = pc;
+    if (depth == max_depth) return depth;
+    const std::uint64_t info = cache_find(pc);
+    if (info & kTerminal) return depth;
+    if (info == 0 || (info & kUncached)) return -1;
+    if (info & kFramePointer) {
+      // The frame's own RBP, which the walk carried up: it must lie in this frame.
+      if (rbp < sp || rbp - sp > kDeltaMask * 8 || rbp % 8 != 0) return -1;
+      cfa = rbp + 16;
+      rbp = load_word(rbp);
+    } else {
+      cfa = sp + (info & kDeltaMask) * 8;
+      const std::uint64_t save_slot = (info >> kSlotShift) & kMaxSaveSlot;
+      if (save_slot != 0) rbp = load_word(cfa - 8 * save_slot);
+    }
+    pc = load_word(cfa - 8);
+    sp = cfa;
+  }
+}
 
 struct CaptureState {
   std::uintptr_t* frames;
   int max_depth;
   int skip;  // frames still to skip, capture_stack's own included
   int depth;
-  UnwindGetIpFn get_ip;
+  bool learn;
+  bool stopped;        // on_frame ended the walk before the unwinder found the outermost frame
+  // The previous frame's return address (0 before the first frame), stack pointer, RBP, and
+  // whether it was a signal frame.
+  std::uintptr_t last_pc;
+  std::uintptr_t last_sp;
+  std::uintptr_t last_rbp;
+  bool last_signal;
 };
+
+// The rule of a frame that ran from sp to cfa with RBP rbp, called by a frame whose RBP is
+// caller_rbp and whose return address is pc.
+std::uint64_t frame_rule(std::uintptr_t sp, std::uintptr_t cfa, std::uintptr_t rbp, std::uintptr_t caller_rbp, std::uintptr_t pc) {
+  if (cfa <= sp || cfa - sp > kDeltaMask * 8 || (cfa - sp) % 8 != 0) return kUncached;
+  if (rbp == cfa - 16) return kFramePointer;  // also what load_word(rbp) == caller_rbp says
+  // RBP inside the frame at a copy of the return address: a frame pointer over a realigned
+  // stack, whose CFA is no constant distance from either.
+  if (rbp >= sp && rbp < cfa && cfa - rbp >= 16 && rbp % 8 == 0 && load_word(rbp + 8) == pc) return kUncached;
+  const std::uint64_t delta = (cfa - sp) / 8;
+  // The caller's RBP saved in the frame: the prologue pushes callee-saved registers right
+  // below the return address, above every local (which may hold a copy of the same value), so
+  // the slot nearest the CFA is the push. A function that saves RBP does so on every path, so
+  // the slot holds it even at a call made before RBP changes.
+  for (std::uint64_t k = 2; k <= kMaxSaveSlot && 8 * k <= cfa - sp; ++k)
+    if (load_word(cfa - 8 * k) == caller_rbp) return (k << kSlotShift) | delta;
+  return rbp == caller_rbp ? delta : kUncached;
+}
+
+// Whether a cached rule gives what the unwinder found for the same return address this time.
+bool rule_holds(std::uint64_t info, std::uintptr_t sp, std::uintptr_t cfa, std::uintptr_t rbp, std::uintptr_t caller_rbp) {
+  if (info & kFramePointer) return rbp + 16 == cfa && load_word(rbp) == caller_rbp;
+  if (sp + (info & kDeltaMask) * 8 != cfa) return false;
+  const std::uint64_t save_slot = (info >> kSlotShift) & kMaxSaveSlot;
+  return (save_slot != 0 ? load_word(cfa - 8 * save_slot) : rbp) == caller_rbp;
+}
+
+// What a frame teaches the cache about the frame before it (its callee, which ran from its own
+// stack pointer up to its CFA). The unwinder's CFA of a frame is the CFA of the frame it
+// called, which is its own stack pointer at that call.
+void learn_frame(CaptureState* state, UnwindContext* context, std::uintptr_t pc, bool signal_frame) {
+  const std::uintptr_t sp = g_unwinder.get_cfa(context);
+  const std::uintptr_t rbp = g_unwinder.get_gr(context, 6);
+  if (state->last_pc != 0) {
+    // A signal frame's pc is no return address, and the frame before it (the trampoline)
+    // finds its caller through the signal context, not at CFA - 8.
+    if (signal_frame || state->last_signal) {
+      cache_learn(state->last_pc, kUncached);
+    } else {
+      // Another rule can fit one walk by chance (a register that held the same value as RBP):
+      // the rule cached first stands while it gives what the unwinder finds.
+      const std::uint64_t cached = cache_find(state->last_pc);
+      if (cached == 0 || (cached & kUncached) || !rule_holds(cached, state->last_sp, sp, state->last_rbp, rbp))
+        cache_learn(state->last_pc, frame_rule(state->last_sp, sp, state->last_rbp, rbp, pc));
+    }
+  }
+  state->last_pc = pc;
+  state->last_sp = sp;
+  state->last_rbp = rbp;
+  state->last_signal = signal_frame;
+}
 
 int on_frame(UnwindContext* context, void* argument) {
   auto* state = static_cast<CaptureState*>(argument);
-  const std::uintptr_t pc = state->get_ip(context);
-  if (pc == 0) return kUnwindNormalStop;
+  int before_insn = 0;
+  const std::uintptr_t pc = g_unwinder.get_ip_info(context, &before_insn);
+  if (pc == 0) return kUnwindNormalStop;  // the frame before was the outermost
+  if (state->learn) learn_frame(state, context, pc, before_insn != 0);
   if (state->skip > 0) {
     --state->skip;
     return kUnwindNoReason;
   }
   state->frames[state->depth++] = pc;
-  return state->depth == state->max_depth ? kUnwindNormalStop : kUnwindNoReason;
+  if (state->depth == state->max_depth) {
+    state->stopped = true;
+    return kUnwindNormalStop;
+  }
+  return kUnwindNoReason;
+}
+
+// Inlined into both capture functions, so that skip counts their frame and no other.
+BRISK_ALWAYS_INLINE int unwind(std::uintptr_t* frames, int max_depth, int skip, bool learn) {
+  CaptureState state{frames, max_depth, skip, 0, learn, false, 0, 0, 0, false};
+  g_unwinder.backtrace(on_frame, &state);
+  // Unless the capture was full, the unwinder found no caller above the last frame (or a zero
+  // return address): a cached walk stops there too.
+  if (learn && !state.stopped && state.last_pc != 0) cache_learn(state.last_pc, kTerminal | kUncached);
+  return state.depth;
 }
 
 std::uint32_t hash_frames(const std::uintptr_t* frames, int depth) {
@@ -58,19 +244,24 @@ std::uint32_t hash_frames(const std::uintptr_t* frames, int depth) {
 }  // namespace
 
 bool stack_trace_init() {
-  if (g_backtrace.load(std::memory_order_acquire) != nullptr) return true;
-  void* backtrace = dlsym(RTLD_DEFAULT, "_Unwind_Backtrace");
-  void* get_ip = dlsym(RTLD_DEFAULT, "_Unwind_GetIP");
-  if (backtrace == nullptr || get_ip == nullptr) {
-    // A C program does not load libgcc_s by itself; the handle is kept for the process's life.
-    void* libgcc = dlopen("libgcc_s.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (libgcc == nullptr) return false;
-    backtrace = dlsym(libgcc, "_Unwind_Backtrace");
-    get_ip = dlsym(libgcc, "_Unwind_GetIP");
-    if (backtrace == nullptr || get_ip == nullptr) return false;
-  }
-  g_get_ip.store(reinterpret_cast<UnwindGetIpFn>(get_ip), std::memory_order_relaxed);
-  g_backtrace.store(reinterpret_cast<UnwindBacktraceFn>(backtrace), std::memory_order_release);
+  if (g_have_unwinder.load(std::memory_order_acquire)) return true;
+  const char* const names[] = {"_Unwind_Backtrace", "_Unwind_GetIPInfo", "_Unwind_GetCFA", "_Unwind_GetGR"};
+  void* found[4];
+  auto find_all = [&](void* handle) {
+    for (int i = 0; i < 4; ++i)
+      if ((found[i] = dlsym(handle, names[i])) == nullptr) return false;
+    return true;
+  };
+  // libgcc's own, even where another unwinder (libunwind, which perf links) defines the same
+  // names first: the frame cache relies on libgcc's meaning of _Unwind_GetCFA. A C program
+  // does not load libgcc_s by itself; the handle is kept for the process's life.
+  void* libgcc = dlopen("libgcc_s.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (libgcc == nullptr || !find_all(libgcc)) return false;
+  if (kFrameCache && g_frame_cache == nullptr)
+    g_frame_cache = static_cast<std::atomic<std::uint64_t>*>(platform::map(kCacheSlots * sizeof(std::uint64_t)));
+  g_unwinder = Unwinder{reinterpret_cast<UnwindBacktraceFn>(found[0]), reinterpret_cast<UnwindGetIpInfoFn>(found[1]),
+                        reinterpret_cast<UnwindGetCfaFn>(found[2]), reinterpret_cast<UnwindGetGrFn>(found[3])};
+  g_have_unwinder.store(true, std::memory_order_release);
   // The first unwind of a module reads its unwind tables; do it now, not inside an allocation.
   std::uintptr_t frames[4];
   capture_stack(frames, 4, 0);
@@ -78,11 +269,29 @@ bool stack_trace_init() {
 }
 
 __attribute__((noinline)) int capture_stack(std::uintptr_t* frames, int max_depth, int skip) {
-  const UnwindBacktraceFn backtrace = g_backtrace.load(std::memory_order_acquire);
-  if (backtrace == nullptr || max_depth <= 0) return 0;
-  CaptureState state{frames, max_depth, skip + 1, 0, g_get_ip.load(std::memory_order_relaxed)};
-  backtrace(on_frame, &state);
-  return state.depth;
+  if (!g_have_unwinder.load(std::memory_order_acquire) || max_depth <= 0) return 0;
+  const bool cache = kFrameCache && g_frame_cache != nullptr;
+  if (cache) {
+    // This function keeps a frame pointer (__builtin_frame_address): its CFA is RBP + 16, and
+    // its caller's RBP is saved at RBP.
+    const auto fp = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
+    const int depth = walk_cached(fp + 16, load_word(fp), frames, max_depth, skip);
+    if (depth >= 0) {
+      g_cached_captures.fetch_add(1, std::memory_order_relaxed);
+      return depth;
+    }
+    g_unwound_captures.fetch_add(1, std::memory_order_relaxed);
+  }
+  return unwind(frames, max_depth, skip + 1, cache);
+}
+
+__attribute__((noinline)) int capture_stack_unwound(std::uintptr_t* frames, int max_depth, int skip) {
+  if (!g_have_unwinder.load(std::memory_order_acquire) || max_depth <= 0) return 0;
+  return unwind(frames, max_depth, skip + 1, false);
+}
+
+CaptureCounts capture_counts() {
+  return {g_cached_captures.load(std::memory_order_relaxed), g_unwound_captures.load(std::memory_order_relaxed)};
 }
 
 std::size_t format_frame(std::uintptr_t pc, char* out, std::size_t capacity) {

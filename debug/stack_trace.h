@@ -8,7 +8,12 @@
 //                                       no unwinder was found (captures then return 0 frames).
 //   capture_stack(frames, max, skip)    the calling thread's return addresses, innermost first,
 //                                       skipping `skip` callers of capture_stack. No malloc, no
-//                                       lock; works without frame pointers (DWARF CFI unwinding).
+//                                       lock; works without frame pointers (DWARF CFI unwinding,
+//                                       through a cache of each return address's frame size on
+//                                       x86-64: stack_trace.cc).
+//   capture_stack_unwound(...)          the same through the unwinder alone (tests compare).
+//   capture_counts()                    captures served by the frame cache, and by the unwinder
+//                                       after a cache miss.
 //   StackDepot                          stores a stack once and names it by a 32-bit id; bounded
 //                                       (a full depot returns kNoStack and counts the drop).
 //                                       Lock-free: any thread may store and fetch at any time.
@@ -31,6 +36,12 @@ inline constexpr std::uint32_t kNoStack = 0;
 
 bool stack_trace_init();
 int capture_stack(std::uintptr_t* frames, int max_depth, int skip);
+int capture_stack_unwound(std::uintptr_t* frames, int max_depth, int skip);
+struct CaptureCounts {
+  std::uint64_t cached;
+  std::uint64_t unwound;
+};
+CaptureCounts capture_counts();
 std::size_t format_frame(std::uintptr_t pc, char* out, std::size_t capacity);
 
 class StackDepot {

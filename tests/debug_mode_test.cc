@@ -115,6 +115,48 @@ TEST_F(DebugMode, EveryFillByteIsSetAndEveryCorruptedFreedByteIsFoundAtItsOffset
   }
 }
 
+// BRISK_DEBUG_FILL_LIMIT: above it, the new and freed patterns and the freed check cover the
+// block's first and last kFillEdgeBytes; calloc still zeroes every byte.
+TEST_F(DebugMode, ABlockAboveTheFillLimitCarriesItsPatternsOnItsEdges) {
+  using brisk::debug::kFillEdgeBytes;
+  brisk::debug::set_fill_limit(256 * 1024);
+  const size_t size = size_t{3} << 20;  // a large block
+  auto* p = static_cast<unsigned char*>(brisk_malloc(size));
+  ASSERT_NE(p, nullptr);
+  for (size_t i = 0; i < kFillEdgeBytes; ++i) {
+    ASSERT_EQ(p[i], brisk::debug::kAllocByte) << i;
+    ASSERT_EQ(p[size - 1 - i], brisk::debug::kAllocByte) << i;
+  }
+  std::memset(p + kFillEdgeBytes, 0x11, size - 2 * kFillEdgeBytes);  // the middle is the program's
+  brisk_free(p);  // in quarantine
+  EXPECT_EQ(brisk::debug::check_block(p), 0) << Reports();
+  for (size_t offset : {size_t{5}, kFillEdgeBytes - 1, size - kFillEdgeBytes, size - 1}) {
+    {
+      std::lock_guard<std::mutex> g(g_reports_mutex);
+      g_reports.clear();
+    }
+    ASSERT_EQ(p[offset], brisk::debug::kFreedByte) << offset;
+    p[offset] ^= 0x5A;
+    ASSERT_EQ(brisk::debug::check_block(p), 1) << offset;
+    std::string want = "damaged ranges: " + std::to_string(offset) + "(1)\n";
+    EXPECT_NE(Reports().find(want), std::string::npos) << Reports();
+    p[offset] ^= 0x5A;
+  }
+  p[size / 2] ^= 0x5A;  // beyond the edges: not checked, as documented
+  EXPECT_EQ(brisk::debug::check_block(p), 0) << Reports();
+  p[size / 2] ^= 0x5A;
+  auto* z = static_cast<unsigned char*>(brisk_calloc(1, size));
+  ASSERT_NE(z, nullptr);
+  for (size_t i = 0; i < size; ++i) ASSERT_EQ(z[i], 0) << i;
+  brisk_free(z);
+  brisk::debug::set_fill_limit(SIZE_MAX);
+  auto* whole = static_cast<unsigned char*>(brisk_malloc(size));
+  for (size_t i = 0; i < size; i += 4096) ASSERT_EQ(whole[i], brisk::debug::kAllocByte) << i;
+  brisk_free(whole);
+  brisk::debug::set_fill_limit(size_t{4} << 20);
+  EXPECT_EQ(brisk_check_heap(), 0);
+}
+
 TEST_F(DebugMode, CallocReturnsZeroesAndAlignedAllocMeetsTheAlignment) {
   for (size_t size : {size_t{24}, size_t{100000}}) {
     auto* p = static_cast<unsigned char*>(brisk_calloc(1, size));

@@ -3,7 +3,9 @@
 // stacks, concurrent stores), and frame symbolisation.
 #include "debug/stack_trace.h"
 
+#include <alloca.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <cstring>
@@ -169,6 +171,183 @@ TEST_F(StackTrace, AnEmptyStackHasNoId) {
   EXPECT_EQ(depot.store(&frame, 0), kNoStack);
   const std::uintptr_t* frames = nullptr;
   EXPECT_EQ(depot.fetch(kNoStack, &frames), 0);
+}
+
+// ---- The frame cache: a cached capture is the unwinder's, frame for frame ----------------------
+
+struct Capture {
+  int depth = 0;
+  std::uintptr_t frames[brisk::debug::kMaxStackDepth];
+};
+
+// Both captures are made from the same call site, so that they must agree from frame 0 on.
+__attribute__((noinline)) void CaptureAt(CaptureFn capture, Capture* out, int max_depth) {
+  out->depth = capture(out->frames, max_depth, 0);
+  asm volatile("" ::: "memory");
+}
+
+__attribute__((noinline)) void Chain(int n, CaptureFn capture, Capture* out, int max_depth) {
+  if (n == 0) CaptureAt(capture, out, max_depth);
+  else Chain(n - 1, capture, out, max_depth);
+  asm volatile("" ::: "memory");
+}
+
+// A frame whose size changes from call to call: a cached size for its return address would
+// walk the frames above it wrongly.
+__attribute__((noinline)) void Alloca(std::size_t bytes, int n, CaptureFn capture, Capture* out, int max_depth) {
+  char* buffer = static_cast<char*>(alloca(bytes));
+  asm volatile("" : : "r"(buffer) : "memory");
+  Chain(n, capture, out, max_depth);
+  asm volatile("" ::: "memory");
+}
+
+// Captures the same stack twice through one call site: with capture_stack, then with the
+// unwinder alone. bytes > 0 puts an Alloca frame of bytes, then bytes + 40, below the chain.
+__attribute__((noinline)) void CaptureBoth(int n, std::size_t bytes, int max_depth, Capture* cached, Capture* unwound) {
+  for (int i = 0; i < 2; ++i) {
+    asm volatile("" : "+r"(i));  // one call site for both: no unrolling
+    CaptureFn capture = i == 0 ? capture_stack : brisk::debug::capture_stack_unwound;
+    Capture* out = i == 0 ? cached : unwound;
+    if (bytes == 0) Chain(n, capture, out, max_depth);
+    else Alloca(bytes + 40 * static_cast<std::size_t>(i), n, capture, out, max_depth);
+  }
+  asm volatile("" ::: "memory");
+}
+
+void ExpectSameFrames(const Capture& cached, const Capture& unwound, const char* where) {
+  ASSERT_GT(unwound.depth, 0) << where;
+  ASSERT_EQ(cached.depth, unwound.depth) << where;
+  for (int i = 0; i < unwound.depth; ++i) ASSERT_EQ(cached.frames[i], unwound.frames[i]) << where << " frame " << i;
+}
+
+TEST_F(StackTrace, CachedCapturesAreTheUnwindersAndRepeatedStacksComeFromTheCache) {
+  for (int round = 0; round < 3; ++round) {
+    for (int n = 0; n < 4; ++n) {
+      for (int depth : {8, brisk::debug::kMaxStackDepth}) {
+        Capture cached, unwound;
+        CaptureBoth(n, 0, depth, &cached, &unwound);
+        ExpectSameFrames(cached, unwound, "chain");
+        CaptureBoth(n, 64 + 48 * static_cast<std::size_t>(round * 4 + n), depth, &cached, &unwound);
+        ExpectSameFrames(cached, unwound, "alloca");
+      }
+    }
+  }
+  // From one call site twice: the second capture of a stack walked before is served by the
+  // cache alone. 6 frames end at CaptureBoth's: the test's own frames, not gtest's, whose
+  // rules the cache may not know.
+  for (int k = 0; k < 2; ++k) {
+    asm volatile("" : "+r"(k));
+    Capture cached, unwound;
+    const auto before = brisk::debug::capture_counts();
+    CaptureBoth(2, 0, 6, &cached, &unwound);
+    const auto after = brisk::debug::capture_counts();
+    ExpectSameFrames(cached, unwound, "counted");
+    if (k == 1) {
+      EXPECT_EQ(after.cached, before.cached + 1);
+      EXPECT_EQ(after.unwound, before.unwound);
+    }
+  }
+}
+
+// Only this test calls it: its return address is new to the cache here.
+__attribute__((noinline)) void FreshAlloca(std::size_t bytes, CaptureFn capture, Capture* out) {
+  char* buffer = static_cast<char*>(alloca(bytes));
+  asm volatile("" : : "r"(buffer) : "memory");
+  Chain(3, capture, out, 8);  // 8 frames from CaptureAt to the test's own
+  asm volatile("" ::: "memory");
+}
+
+__attribute__((noinline)) void FreshAllocaBoth(std::size_t bytes, Capture* cached, Capture* unwound) {
+  CaptureFn const captures[2] = {capture_stack, brisk::debug::capture_stack_unwound};
+  Capture* const outs[2] = {cached, unwound};
+  for (int i = 0; i < 2; ++i) {
+    asm volatile("" : "+r"(i));  // one call site for both: no unrolling
+    FreshAlloca(bytes, captures[i], outs[i]);
+  }
+  asm volatile("" ::: "memory");
+}
+
+// A frame that keeps a frame pointer (alloca makes one) changes its size from call to call:
+// the cache walks it through its RBP, never by a size it saw once.
+TEST_F(StackTrace, AFrameWithAFramePointerIsWalkedThroughItsRbpWhateverItsSize) {
+  bool first = true;
+  for (std::size_t bytes : {std::size_t{64}, std::size_t{64}, std::size_t{4000}, std::size_t{200}, std::size_t{1000}}) {
+    Capture cached, unwound;
+    const auto before = brisk::debug::capture_counts();
+    FreshAllocaBoth(bytes, &cached, &unwound);
+    const auto after = brisk::debug::capture_counts();
+    ExpectSameFrames(cached, unwound, "fresh alloca");
+    if (!first) {  // the first walk taught the cache
+      EXPECT_EQ(after.cached, before.cached + 1) << bytes;
+      EXPECT_EQ(after.unwound, before.unwound) << bytes;
+    }
+    first = false;
+  }
+}
+
+// A frame that realigns its stack for an over-aligned local keeps a frame pointer: CFA =
+// RBP + 16 at any alignment of the stack it was called on.
+__attribute__((noinline)) void Realigned(long a, long b, long c, long d, long e, long f, CaptureFn capture, Capture* out) {
+  alignas(64) char buffer[64];
+  buffer[0] = static_cast<char>(a + b + c + d + e + f);
+  asm volatile("" : : "r"(buffer) : "memory");
+  Chain(3, capture, out, 8);
+  asm volatile("" ::: "memory");
+}
+
+volatile long g_argument = 1;
+
+__attribute__((noinline)) void RealignedBoth(Capture* cached, Capture* unwound) {
+  CaptureFn const captures[2] = {capture_stack, brisk::debug::capture_stack_unwound};
+  Capture* const outs[2] = {cached, unwound};
+  for (int i = 0; i < 2; ++i) {
+    asm volatile("" : "+r"(i));  // one call site for both: no unrolling
+    Realigned(g_argument, g_argument, g_argument, g_argument, g_argument, g_argument, captures[i], outs[i]);
+  }
+  asm volatile("" ::: "memory");
+}
+
+TEST_F(StackTrace, AFrameThatRealignsItsStackIsWalkedThroughItsRbp) {
+  for (int round = 0; round < 3; ++round) {
+    Capture cached, unwound;
+    const auto before = brisk::debug::capture_counts();
+    RealignedBoth(&cached, &unwound);
+    const auto after = brisk::debug::capture_counts();
+    ExpectSameFrames(cached, unwound, "realigned");
+    if (round > 0) {  // the first walk taught the cache
+      EXPECT_EQ(after.cached, before.cached + 1) << round;
+      EXPECT_EQ(after.unwound, before.unwound) << round;
+    }
+  }
+}
+
+Capture g_signal_cached, g_signal_unwound;
+void CaptureInSignal(int) { CaptureBoth(1, 0, brisk::debug::kMaxStackDepth, &g_signal_cached, &g_signal_unwound); }
+
+// Through a signal handler: the trampoline finds its caller through the signal context, not
+// at CFA - 8, so the cache must leave that walk to the unwinder, and it must end the same.
+TEST_F(StackTrace, ACapturedStackThroughASignalHandlerIsTheUnwinders) {
+  struct sigaction action {}, old {};
+  action.sa_handler = CaptureInSignal;
+  sigemptyset(&action.sa_mask);
+  ASSERT_EQ(sigaction(SIGUSR1, &action, &old), 0);
+  for (int round = 0; round < 3; ++round) {
+    g_signal_cached.depth = g_signal_unwound.depth = 0;
+    ASSERT_EQ(raise(SIGUSR1), 0);
+    ExpectSameFrames(g_signal_cached, g_signal_unwound, "signal");
+  }
+  sigaction(SIGUSR1, &old, nullptr);
+}
+
+// A thread's whole stack, to its outermost frame, where a cached walk must stop as the
+// unwinder does.
+TEST_F(StackTrace, AThreadsWholeStackEndsWhereTheUnwindersEnds) {
+  for (int round = 0; round < 3; ++round) {
+    Capture cached, unwound;
+    std::thread([&] { CaptureBoth(round, 0, brisk::debug::kMaxStackDepth, &cached, &unwound); }).join();
+    ExpectSameFrames(cached, unwound, "thread");
+    EXPECT_LT(unwound.depth, brisk::debug::kMaxStackDepth);
+  }
 }
 
 }  // namespace
