@@ -71,25 +71,66 @@ std::uint64_t run_starts(std::uint64_t bits, unsigned n) {
 
 std::atomic<void (*)(Chunk*, unsigned, unsigned)> g_chunk_claim_test_hook{nullptr};
 
+namespace {
+
+unsigned count_bits(std::uint64_t x) {
+  // Not __builtin_popcountll: without -mpopcnt it calls libgcc, and libbrisk.so needs libc alone.
+  x -= (x >> 1) & 0x5555555555555555ull;
+  x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+  x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
+  return static_cast<unsigned>((x * 0x0101010101010101ull) >> 56);
+}
+
+// The free run of n pages with the most dirty (resident) pages, the lowest of equals; 0 if
+// there is no free run. *dirty_out: its dirty page count.
+unsigned most_resident_run(std::uint64_t free, std::uint64_t dirty, unsigned n, unsigned* dirty_out) {
+  std::uint64_t starts = run_starts(free, n);
+  *dirty_out = 0;
+  if (starts == 0) return 0;
+  if (std::uint64_t whole = run_starts(free & dirty, n); whole != 0) {
+    *dirty_out = n;
+    return static_cast<unsigned>(__builtin_ctzll(whole));
+  }
+  unsigned best = static_cast<unsigned>(__builtin_ctzll(starts));
+  for (std::uint64_t rest = starts; rest != 0; rest &= rest - 1) {
+    auto first = static_cast<unsigned>(__builtin_ctzll(rest));
+    unsigned d = count_bits(dirty & run_mask(first, n));
+    if (d > *dirty_out) {
+      *dirty_out = d;
+      best = first;
+    }
+  }
+  return best;
+}
+
+// A run counts as resident when at least this many of its n pages are: all of a short run, half
+// of a longer one. Medium blocks of many sizes released among each other leave resident runs
+// shorter than the next block; requiring the whole run resident sent such a block to fresh
+// pages while tens of MiB of resident free pages waited for their purge (prodcons).
+unsigned resident_quota(unsigned n) { return n < 4 ? n : (n + 1) / 2; }
+
+}  // namespace
+
 bool chunk_has_resident_run(Chunk* c, unsigned n) {
   std::uint64_t bits = c->free_pages.load(std::memory_order_relaxed);
-  return run_starts(bits & c->dirty_pages.load(std::memory_order_relaxed), n) != 0;
+  unsigned dirty = 0;
+  most_resident_run(bits, c->dirty_pages.load(std::memory_order_relaxed), n, &dirty);
+  return dirty != 0 && dirty >= resident_quota(n);
 }
 
 unsigned chunk_claim_pages(Chunk* c, unsigned n, bool* zeroed) {
   std::uint64_t bits = c->free_pages.load(std::memory_order_acquire);
   for (;;) {
-    std::uint64_t starts = run_starts(bits, n);
-    if (starts == 0) return 0;
-    // A run of pages freed recently and not purged is resident (often in cache), where fresh
-    // pages cost a page fault each, and the kernel zeroes them: a fault costs more than the
-    // memset calloc then needs (measured on the producer/consumer workload: preferring zero
-    // pages for calloc faulted 47,000 times against 20,000 for tcmalloc).
+    // The run with the most pages freed recently and not purged: those are resident (often in
+    // cache), where fresh pages cost a page fault each, and the kernel zeroes them: a fault
+    // costs more than the memset calloc then needs (measured on the producer/consumer workload:
+    // preferring zero pages for calloc faulted 47,000 times against 20,000 for tcmalloc).
     // Which run is resident is a hint only (see "Page state" in chunk.h).
-    std::uint64_t preferred = run_starts(bits & c->dirty_pages.load(std::memory_order_relaxed), n);
-    // The lowest run: a medium block then has the most room to grow in place above it (taking
-    // medium runs from the top of the chunk made every in-place growth fail).
-    unsigned first = static_cast<unsigned>(__builtin_ctzll(preferred != 0 ? preferred : starts));
+    // The lowest of equals: a medium block then has the most room to grow in place above it
+    // (taking medium runs from the top of the chunk made every in-place growth fail).
+    unsigned dirty = 0;
+    unsigned first = most_resident_run(bits, c->dirty_pages.load(std::memory_order_relaxed), n, &dirty);
+    if (first == 0) return 0;
     std::uint64_t m = run_mask(first, n);
     if (auto hook = g_chunk_claim_test_hook.load(std::memory_order_relaxed); BRISK_UNLIKELY(hook != nullptr))
       hook(c, first, n);

@@ -124,11 +124,12 @@ void chunk_list_remove(Chunk*& head, Chunk* c);
 
 // Claims n consecutive free pages (the page owner, or another heap through chunk_claim_shared).
 // Returns the first page index, or 0.
-// Prefers pages still resident from an earlier use; *zeroed, if given, tells whether all n
+// Prefers the run with the most pages still resident from an earlier use; *zeroed, if given, tells whether all n
 // read as zeros (never used since the chunk was mapped, or purged), from the dirty bits the
 // claim itself cleared.
 unsigned chunk_claim_pages(Chunk* c, unsigned n, bool* zeroed = nullptr);
-// True if the chunk has a free run of n pages that are still resident.
+// True if the chunk has a free run of n pages that are still resident, or, for runs of 4 pages
+// or more, at least half resident.
 bool chunk_has_resident_run(Chunk* c, unsigned n);
 // Claims exactly pages [first, first+n) if all are free: in-place growth of a live block, by
 // any thread (the block keeps the chunk from being freed meanwhile).
