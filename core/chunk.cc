@@ -425,11 +425,22 @@ Chunk* chunk_adopt(Heap* new_owner) {
   return nullptr;
 }
 
-void chunk_release_if_abandoned_and_empty(Chunk* c) {
+void chunk_release_span_pages(Chunk* c, unsigned first, unsigned n) {
+  // Once its last pages are back, an owned chunk may be destroyed by its owner's purge at any
+  // moment (and unmapped: low-memory keeps one cached chunk), so nothing of c may be read after
+  // the release. Whether c is abandoned is therefore read before, under the abandoned-list lock,
+  // which every change of that flag holds, and nobody frees an abandoned chunk without it.
+  // Only a release that looks as if it will empty the chunk takes the lock; two that empty it
+  // together each see the other's pages still taken, and leave an abandoned chunk for the
+  // sweep (chunk_destroy_empty_abandoned: the background pass, brisk_trim).
+  if ((c->free_pages.load(std::memory_order_relaxed) | run_mask(first, n)) != kAllPagesFree) {
+    chunk_release_pages(c, first, n);
+    return;
+  }
   {
     LockGuard g(g_abandoned_lock);
-    if (!c->abandoned) return;
-    if (c->free_pages.load(std::memory_order_acquire) != kAllPagesFree) return;
+    bool abandoned = c->abandoned;
+    if (!chunk_release_pages(c, first, n) || !abandoned) return;
     abandoned_remove_locked(c);
   }
   destroy_or_keep_abandoned(c);

@@ -172,8 +172,9 @@ Chunk* chunk_claim_shared(Heap* h, unsigned n, bool resident_only, unsigned* fir
 // Chunks whose page owner exited. Another heap adopts one before mapping a new chunk.
 void chunk_abandon(Chunk* c);
 Chunk* chunk_adopt(Heap* new_owner);
-// Frees an abandoned chunk that has become empty (called by whoever released its last pages).
-void chunk_release_if_abandoned_and_empty(Chunk* c);
+// chunk_release_pages for a span's pages; an abandoned chunk that this release empties goes to
+// the chunk cache or the OS.
+void chunk_release_span_pages(Chunk* c, unsigned first, unsigned n);
 // Frees every abandoned chunk that is empty (brisk_trim, after chunk_purge_all).
 void chunk_destroy_empty_abandoned();
 

@@ -114,8 +114,7 @@ TEST(Chunk, AbandonedChunkIsAdoptedOrFreedWhenEmpty) {
   EXPECT_EQ(chunk_adopt(fake_owner), nullptr);
   chunk_abandon(c);
   // The last page released by anyone frees the abandoned chunk: it may not be adopted after.
-  ASSERT_TRUE(chunk_release_pages(c, p, 1));
-  chunk_release_if_abandoned_and_empty(c);
+  chunk_release_span_pages(c, p, 1);
   EXPECT_EQ(chunk_adopt(fake_owner), nullptr);
 }
 
@@ -133,8 +132,7 @@ TEST(Chunk, PurgeAllDecommitsTheFreePagesOfAnAbandonedChunk) {
   EXPECT_GE(chunk_purge_all(), 3 * kPageSize);
   EXPECT_EQ(c->page_address(drop)[100], 0) << "decommitted pages read back as zero";
   EXPECT_EQ(static_cast<unsigned char>(c->page_address(keep)[100]), 0xABu) << "live pages keep their data";
-  ASSERT_TRUE(chunk_release_pages(c, keep, 1));
-  chunk_release_if_abandoned_and_empty(c);
+  chunk_release_span_pages(c, keep, 1);
   EXPECT_EQ(chunk_adopt(reinterpret_cast<Heap*>(0x1000)), nullptr);
 }
 
@@ -145,7 +143,7 @@ TEST(Chunk, AnEmptyChunkLeftOnTheAbandonedListIsFreedByTheTrimSweep) {
   ASSERT_NE(c, nullptr);
   unsigned p = chunk_claim_pages(c, 1);
   chunk_abandon(c);
-  ASSERT_TRUE(chunk_release_pages(c, p, 1));  // and no chunk_release_if_abandoned_and_empty
+  ASSERT_TRUE(chunk_release_pages(c, p, 1));  // not chunk_release_span_pages
   chunk_destroy_empty_abandoned();
   Chunk* adopted = chunk_adopt(reinterpret_cast<Heap*>(0x1000));
   EXPECT_EQ(adopted, nullptr) << "the empty chunk stayed on the abandoned list";
