@@ -112,10 +112,16 @@ unsigned resident_quota(unsigned n) { return n < 4 ? n : (n + 1) / 2; }
 }  // namespace
 
 bool chunk_has_resident_run(Chunk* c, unsigned n) {
-  std::uint64_t bits = c->free_pages.load(std::memory_order_relaxed);
-  unsigned dirty = 0;
-  most_resident_run(bits, c->dirty_pages.load(std::memory_order_relaxed), n, &dirty);
-  return dirty != 0 && dirty >= resident_quota(n);
+  // Called for every chunk a heap scans (up to the registry's 128 under its lock): it stops at
+  // the first run that qualifies, and short runs need no count.
+  std::uint64_t free = c->free_pages.load(std::memory_order_relaxed);
+  std::uint64_t dirty = c->dirty_pages.load(std::memory_order_relaxed);
+  if (run_starts(free & dirty, n) != 0) return true;
+  unsigned quota = resident_quota(n);
+  if (quota == n) return false;
+  for (std::uint64_t rest = run_starts(free, n); rest != 0; rest &= rest - 1)
+    if (count_bits(dirty & run_mask(static_cast<unsigned>(__builtin_ctzll(rest)), n)) >= quota) return true;
+  return false;
 }
 
 unsigned chunk_claim_pages(Chunk* c, unsigned n, bool* zeroed) {
