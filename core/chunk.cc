@@ -71,25 +71,72 @@ std::uint64_t run_starts(std::uint64_t bits, unsigned n) {
 
 std::atomic<void (*)(Chunk*, unsigned, unsigned)> g_chunk_claim_test_hook{nullptr};
 
+namespace {
+
+unsigned count_bits(std::uint64_t x) {
+  // Not __builtin_popcountll: without -mpopcnt it calls libgcc, and libbrisk.so needs libc alone.
+  x -= (x >> 1) & 0x5555555555555555ull;
+  x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+  x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
+  return static_cast<unsigned>((x * 0x0101010101010101ull) >> 56);
+}
+
+// The free run of n pages with the most dirty (resident) pages, the lowest of equals; 0 if
+// there is no free run. *dirty_out: its dirty page count.
+unsigned most_resident_run(std::uint64_t free, std::uint64_t dirty, unsigned n, unsigned* dirty_out) {
+  std::uint64_t starts = run_starts(free, n);
+  *dirty_out = 0;
+  if (starts == 0) return 0;
+  if (std::uint64_t whole = run_starts(free & dirty, n); whole != 0) {
+    *dirty_out = n;
+    return static_cast<unsigned>(__builtin_ctzll(whole));
+  }
+  unsigned best = static_cast<unsigned>(__builtin_ctzll(starts));
+  for (std::uint64_t rest = starts; rest != 0; rest &= rest - 1) {
+    auto first = static_cast<unsigned>(__builtin_ctzll(rest));
+    unsigned d = count_bits(dirty & run_mask(first, n));
+    if (d > *dirty_out) {
+      *dirty_out = d;
+      best = first;
+    }
+  }
+  return best;
+}
+
+// A run counts as resident when at least this many of its n pages are: all of a short run, half
+// of a longer one. Medium blocks of many sizes released among each other leave resident runs
+// shorter than the next block; requiring the whole run resident sent such a block to fresh
+// pages while tens of MiB of resident free pages waited for their purge (prodcons).
+unsigned resident_quota(unsigned n) { return n < 4 ? n : (n + 1) / 2; }
+
+}  // namespace
+
 bool chunk_has_resident_run(Chunk* c, unsigned n) {
-  std::uint64_t bits = c->free_pages.load(std::memory_order_relaxed);
-  return run_starts(bits & c->dirty_pages.load(std::memory_order_relaxed), n) != 0;
+  // Called for every chunk a heap scans (up to the registry's 128 under its lock): it stops at
+  // the first run that qualifies, and short runs need no count.
+  std::uint64_t free = c->free_pages.load(std::memory_order_relaxed);
+  std::uint64_t dirty = c->dirty_pages.load(std::memory_order_relaxed);
+  if (run_starts(free & dirty, n) != 0) return true;
+  unsigned quota = resident_quota(n);
+  if (quota == n) return false;
+  for (std::uint64_t rest = run_starts(free, n); rest != 0; rest &= rest - 1)
+    if (count_bits(dirty & run_mask(static_cast<unsigned>(__builtin_ctzll(rest)), n)) >= quota) return true;
+  return false;
 }
 
 unsigned chunk_claim_pages(Chunk* c, unsigned n, bool* zeroed) {
   std::uint64_t bits = c->free_pages.load(std::memory_order_acquire);
   for (;;) {
-    std::uint64_t starts = run_starts(bits, n);
-    if (starts == 0) return 0;
-    // A run of pages freed recently and not purged is resident (often in cache), where fresh
-    // pages cost a page fault each, and the kernel zeroes them: a fault costs more than the
-    // memset calloc then needs (measured on the producer/consumer workload: preferring zero
-    // pages for calloc faulted 47,000 times against 20,000 for tcmalloc).
+    // The run with the most pages freed recently and not purged: those are resident (often in
+    // cache), where fresh pages cost a page fault each, and the kernel zeroes them: a fault
+    // costs more than the memset calloc then needs (measured on the producer/consumer workload:
+    // preferring zero pages for calloc faulted 47,000 times against 20,000 for tcmalloc).
     // Which run is resident is a hint only (see "Page state" in chunk.h).
-    std::uint64_t preferred = run_starts(bits & c->dirty_pages.load(std::memory_order_relaxed), n);
-    // The lowest run: a medium block then has the most room to grow in place above it (taking
-    // medium runs from the top of the chunk made every in-place growth fail).
-    unsigned first = static_cast<unsigned>(__builtin_ctzll(preferred != 0 ? preferred : starts));
+    // The lowest of equals: a medium block then has the most room to grow in place above it
+    // (taking medium runs from the top of the chunk made every in-place growth fail).
+    unsigned dirty = 0;
+    unsigned first = most_resident_run(bits, c->dirty_pages.load(std::memory_order_relaxed), n, &dirty);
+    if (first == 0) return 0;
     std::uint64_t m = run_mask(first, n);
     if (auto hook = g_chunk_claim_test_hook.load(std::memory_order_relaxed); BRISK_UNLIKELY(hook != nullptr))
       hook(c, first, n);
@@ -384,11 +431,22 @@ Chunk* chunk_adopt(Heap* new_owner) {
   return nullptr;
 }
 
-void chunk_release_if_abandoned_and_empty(Chunk* c) {
+void chunk_release_span_pages(Chunk* c, unsigned first, unsigned n) {
+  // Once its last pages are back, an owned chunk may be destroyed by its owner's purge at any
+  // moment (and unmapped: low-memory keeps one cached chunk), so nothing of c may be read after
+  // the release. Whether c is abandoned is therefore read before, under the abandoned-list lock,
+  // which every change of that flag holds, and nobody frees an abandoned chunk without it.
+  // Only a release that looks as if it will empty the chunk takes the lock; two that empty it
+  // together each see the other's pages still taken, and leave an abandoned chunk for the
+  // sweep (chunk_destroy_empty_abandoned: the background pass, brisk_trim).
+  if ((c->free_pages.load(std::memory_order_relaxed) | run_mask(first, n)) != kAllPagesFree) {
+    chunk_release_pages(c, first, n);
+    return;
+  }
   {
     LockGuard g(g_abandoned_lock);
-    if (!c->abandoned) return;
-    if (c->free_pages.load(std::memory_order_acquire) != kAllPagesFree) return;
+    bool abandoned = c->abandoned;
+    if (!chunk_release_pages(c, first, n) || !abandoned) return;
     abandoned_remove_locked(c);
   }
   destroy_or_keep_abandoned(c);

@@ -125,11 +125,12 @@ void chunk_list_remove(Chunk*& head, Chunk* c);
 
 // Claims n consecutive free pages (the page owner, or another heap through chunk_claim_shared).
 // Returns the first page index, or 0.
-// Prefers pages still resident from an earlier use; *zeroed, if given, tells whether all n
+// Prefers the run with the most pages still resident from an earlier use; *zeroed, if given, tells whether all n
 // read as zeros (never used since the chunk was mapped, or purged), from the dirty bits the
 // claim itself cleared.
 unsigned chunk_claim_pages(Chunk* c, unsigned n, bool* zeroed = nullptr);
-// True if the chunk has a free run of n pages that are still resident.
+// True if the chunk has a free run of n pages that are still resident, or, for runs of 4 pages
+// or more, at least half resident.
 bool chunk_has_resident_run(Chunk* c, unsigned n);
 // Claims exactly pages [first, first+n) if all are free: in-place growth of a live block, by
 // any thread (the block keeps the chunk from being freed meanwhile).
@@ -172,8 +173,9 @@ Chunk* chunk_claim_shared(Heap* h, unsigned n, bool resident_only, unsigned* fir
 // Chunks whose page owner exited. Another heap adopts one before mapping a new chunk.
 void chunk_abandon(Chunk* c);
 Chunk* chunk_adopt(Heap* new_owner);
-// Frees an abandoned chunk that has become empty (called by whoever released its last pages).
-void chunk_release_if_abandoned_and_empty(Chunk* c);
+// chunk_release_pages for a span's pages; an abandoned chunk that this release empties goes to
+// the chunk cache or the OS.
+void chunk_release_span_pages(Chunk* c, unsigned first, unsigned n);
 // Frees every abandoned chunk that is empty (brisk_trim, after chunk_purge_all).
 void chunk_destroy_empty_abandoned();
 

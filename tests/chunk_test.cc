@@ -55,6 +55,35 @@ TEST(Chunk, ClaimAtGrowsOnlyIntoFreeNeighbours) {
   chunk_destroy(c);
 }
 
+// No free run is resident over its whole length: the claim takes the run with the most resident
+// pages, not the lowest free one, and a run half resident counts as resident for the heaps'
+// first choice of pages (span_pages.cc), so that a medium block reuses freed pages of other
+// sizes before it faults in fresh ones.
+TEST(Chunk, ClaimPrefersTheRunWithTheMostResidentPages) {
+  Chunk* c = chunk_create(nullptr);
+  ASSERT_NE(c, nullptr);
+  unsigned low = chunk_claim_pages(c, 12);   // pages 1-12
+  unsigned wall = chunk_claim_pages(c, 1);   // 13: keeps the two runs apart
+  unsigned high = chunk_claim_pages(c, 8);   // 14-21
+  ASSERT_EQ(low, 1u);
+  ASSERT_EQ(high, 14u);
+  std::memset(c->page_address(low), 0xAB, 12 * kPageSize);
+  std::memset(c->page_address(high), 0xCD, 8 * kPageSize);
+  chunk_release_pages(c, low, 12);
+  chunk_release_pages(c, high, 8);
+  // Pages 1-10 purged: of the low run only 11-12 stay resident; 14-21 are all resident, and the
+  // pages above 21 were never used.
+  ASSERT_EQ(chunk_purge(c, ((std::uint64_t{1} << 10) - 1) << 1), 10 * kPageSize);
+  EXPECT_TRUE(chunk_has_resident_run(c, 10)) << "pages 14-23: 8 of 10 resident";
+  EXPECT_FALSE(chunk_has_resident_run(c, 20)) << "no run of 20 has 10 resident pages";
+  bool zeroed = true;
+  ASSERT_EQ(chunk_claim_pages(c, 10, &zeroed), high) << "the lowest run, 1-10, has no resident page";
+  EXPECT_FALSE(zeroed);
+  chunk_release_pages(c, wall, 1);
+  EXPECT_TRUE(chunk_release_pages(c, high, 10));
+  chunk_destroy(c);
+}
+
 TEST(Chunk, PurgeDecommitsFreedPagesOnly) {
   Chunk* c = chunk_create(nullptr);
   ASSERT_NE(c, nullptr);
@@ -85,8 +114,7 @@ TEST(Chunk, AbandonedChunkIsAdoptedOrFreedWhenEmpty) {
   EXPECT_EQ(chunk_adopt(fake_owner), nullptr);
   chunk_abandon(c);
   // The last page released by anyone frees the abandoned chunk: it may not be adopted after.
-  ASSERT_TRUE(chunk_release_pages(c, p, 1));
-  chunk_release_if_abandoned_and_empty(c);
+  chunk_release_span_pages(c, p, 1);
   EXPECT_EQ(chunk_adopt(fake_owner), nullptr);
 }
 
@@ -104,8 +132,7 @@ TEST(Chunk, PurgeAllDecommitsTheFreePagesOfAnAbandonedChunk) {
   EXPECT_GE(chunk_purge_all(), 3 * kPageSize);
   EXPECT_EQ(c->page_address(drop)[100], 0) << "decommitted pages read back as zero";
   EXPECT_EQ(static_cast<unsigned char>(c->page_address(keep)[100]), 0xABu) << "live pages keep their data";
-  ASSERT_TRUE(chunk_release_pages(c, keep, 1));
-  chunk_release_if_abandoned_and_empty(c);
+  chunk_release_span_pages(c, keep, 1);
   EXPECT_EQ(chunk_adopt(reinterpret_cast<Heap*>(0x1000)), nullptr);
 }
 
@@ -116,7 +143,7 @@ TEST(Chunk, AnEmptyChunkLeftOnTheAbandonedListIsFreedByTheTrimSweep) {
   ASSERT_NE(c, nullptr);
   unsigned p = chunk_claim_pages(c, 1);
   chunk_abandon(c);
-  ASSERT_TRUE(chunk_release_pages(c, p, 1));  // and no chunk_release_if_abandoned_and_empty
+  ASSERT_TRUE(chunk_release_pages(c, p, 1));  // not chunk_release_span_pages
   chunk_destroy_empty_abandoned();
   Chunk* adopted = chunk_adopt(reinterpret_cast<Heap*>(0x1000));
   EXPECT_EQ(adopted, nullptr) << "the empty chunk stayed on the abandoned list";

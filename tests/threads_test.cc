@@ -138,6 +138,37 @@ TEST(BriskThreads, ProducerConsumerCrossThreadFrees) {
   EXPECT_EQ(Stats().heaps_live, heaps_before) << "thread heaps still attached after join";
 }
 
+// A medium block freed by a thread that does not own it goes back to its chunk at once, not
+// through the owner's queue: the owner here stays alive without running a slow path (a
+// descheduled producer, a pool thread waiting for work), so queued, its pages would wait for it.
+TEST(BriskThreads, RemoteFreeOfAMediumBlockGivesItsPagesBackWithoutTheOwner) {
+  constexpr std::size_t kSize = 512 << 10;
+  constexpr int kBlocks = 8;
+  std::vector<void*> blocks;
+  std::atomic<int> step{0};
+  std::thread owner([&] {
+    for (int i = 0; i < kBlocks; ++i) {
+      blocks.push_back(brisk_malloc(kSize));
+      std::memset(blocks.back(), 0x5A, kSize);
+    }
+    step = 1;
+    while (step.load() != 2) std::this_thread::yield();  // alive, and no slow path
+  });
+  while (step.load() != 1) std::this_thread::yield();
+  brisk_stats before = Stats();
+  std::thread freer([&] {
+    brisk_free(brisk_malloc(64));  // a heap of its own: its frees of the owner's blocks are remote
+    for (void* p : blocks) brisk_free(p);
+  });
+  freer.join();
+  brisk_stats after = Stats();
+  EXPECT_EQ(before.medium_bytes_in_use - after.medium_bytes_in_use, uint64_t{kBlocks} * kSize)
+      << "the blocks' spans are still the owner's";
+  EXPECT_EQ(after.remote_queued_bytes, before.remote_queued_bytes) << "queued to the owner";
+  step = 2;
+  owner.join();
+}
+
 TEST(BriskThreads, FreeAfterOwnerExited) {
   WarmUpThisThread();
   const int kBlocks = 12000 / kScale;

@@ -140,6 +140,7 @@ BRISK_NOINLINE void free_slow(void* p) {
     free_to_own_span(h, s, b, code);
     return;
   }
+  if (s->kind == SpanKind::kMedium && free_remote_medium(h, owner, s)) return;
   outgoing_add(h, owner, b, s->block_size);
 }
 

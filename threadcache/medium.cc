@@ -24,17 +24,23 @@ void set_medium_geometry(Span* s, unsigned pages) {
 
 void* alloc_medium(Heap* h, std::size_t size, bool zero) {
   unsigned pages = static_cast<unsigned>((size + kPageSize - 1) >> kPageShift);
-  HeapSlowLock lock(h);
-  if (!h->incoming.empty()) heap_drain_incoming(h);
   bool zeroed = false;
-  Span* s = span_create(h, pages, &zeroed);
-  if (s == nullptr) return nullptr;
-  set_medium_geometry(s, pages);
-  store_shared(s->used, 1u);
-  store_shared(s->size_class, std::uint8_t{0});
-  store_shared(s->kind, SpanKind::kMedium);
-  s->owner.store(h, std::memory_order_release);
-  heap_link_span(h, s);
+  Span* s;
+  {
+    // Not held over the memset below: its page faults would keep the lock for hundreds of
+    // microseconds, and remote frees of this heap's medium blocks only try the lock
+    // (free_remote_medium).
+    HeapSlowLock lock(h);
+    if (!h->incoming.empty()) heap_drain_incoming(h);
+    s = span_create(h, pages, &zeroed);
+    if (s == nullptr) return nullptr;
+    set_medium_geometry(s, pages);
+    store_shared(s->used, 1u);
+    store_shared(s->size_class, std::uint8_t{0});
+    store_shared(s->kind, SpanKind::kMedium);
+    s->owner.store(h, std::memory_order_release);
+    heap_link_span(h, s);
+  }
   auto* b = reinterpret_cast<Block*>(s->start);
   if (zero && !zeroed) {
     std::memset(b, 0, size);

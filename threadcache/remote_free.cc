@@ -5,6 +5,7 @@
 #include "core/report.h"
 #include "core/stats.h"
 #include "threadcache/orphans.h"
+#include "threadcache/span_pages.h"
 
 namespace brisk {
 
@@ -67,6 +68,29 @@ void outgoing_add(Heap* h, Heap* dest, Block* b, std::size_t size) {
   store_shared(o.bytes, bytes);
   store_shared(o.count, count);
   if (count >= kRemoteBatch || bytes >= h->batch_bytes) return batch_full(h, o);
+}
+
+// A medium span holds one block, so a remote free of it empties the span: rather than queue it to
+// an owner that may not run for a while (on prodcons, frees queued to descheduled producers held
+// 30-60 MiB, mostly medium blocks, while the other producers took fresh pages), the freer gives
+// the pages back to the chunk itself, where any heap's next span takes them. Sound as the
+// background thread's reclaim is (background.cc): this free claimed the block, so s has no live
+// block; a medium span is never installed, so neither of the owner's fast paths reads it; and
+// the owner's slow paths, which change its span list, wait on its slow lock. Only tried: a
+// busy owner gets the block through its queue.
+bool free_remote_medium(Heap* h, Heap* owner, Span* s) {
+  if (owner == &g_orphan_heap || !owner->slow_lock.try_lock()) return false;
+  // Under the lock: a heap that stopped serving has handed its spans to the central pools.
+  bool released = owner->serving && s->owner.load(std::memory_order_acquire) == owner;
+  if (released) {
+    BRISK_ASSERT(s->kind == SpanKind::kMedium && s->used == 1);
+    std::atomic_ref<std::uint32_t>(s->used).store(0, std::memory_order_relaxed);
+    heap_release_span(owner, s);
+    stats::add(owner->remote_frees_received, 1);
+  }
+  owner->slow_lock.unlock();
+  if (released) stats::add_single_writer(h->remote_frees_sent, 1);
+  return released;
 }
 
 void heap_flush_outgoing(Heap* h) {

@@ -14,6 +14,9 @@ namespace brisk {
 void send_chain(Heap* dest, Block* first, Block* last, std::size_t bytes);
 // Adds b (size bytes) to h's outgoing batch for dest; a full batch is sent.
 void outgoing_add(Heap* h, Heap* dest, Block* b, std::size_t size);
+// A medium block (s, owned by the live heap owner) that h frees: gives s's pages back to their
+// chunk at once if owner's slow lock is free; false: not done, send the block as usual.
+bool free_remote_medium(Heap* h, Heap* owner, Span* s);
 void heap_flush_outgoing(Heap* h);                // sends every partial batch
 void heap_drain_incoming(Heap* h);                // takes and frees what others sent to h
 void heap_process_blocks(Heap* h, Block* chain);  // frees a chain sent to h

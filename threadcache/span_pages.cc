@@ -136,7 +136,7 @@ void release_span_pages(Span* s) {
   store_shared(s->carved_bytes, 0u);
   s->span_bytes = 0;
   s->owner.store(nullptr, std::memory_order_relaxed);
-  if (chunk_release_pages(ch, first, count)) chunk_release_if_abandoned_and_empty(ch);
+  chunk_release_span_pages(ch, first, count);
 }
 
 void heap_release_span(Heap* h, Span* s) {
