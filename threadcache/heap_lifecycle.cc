@@ -192,6 +192,7 @@ void on_thread_exit(void* value) {
 struct ForkState {
   bool locked;        // prepare took brisk's locks
   bool stdio_locked;  // ... and before them the stdio list lock
+  Heap* own;          // the forking thread's heap, whose slow lock prepare took
   sigset_t saved_mask;
 };
 __thread ForkState t_fork __attribute__((tls_model("initial-exec")));
@@ -207,6 +208,15 @@ void atfork_prepare() {
   if (g_debug_hooks.fork_prepare != nullptr) g_debug_hooks.fork_prepare();
   g_pool_lock.lock();
   background_locks_acquire();
+  // Another thread may hold this heap's slow lock: a remote free of a medium block releases its
+  // pages under it (free_remote_medium). The child's first slow path would wait for it for ever,
+  // so wait for it here. Other heaps' slow locks need not be taken: in the child only
+  // try_lock reaches them (their owners are gone), except pooled heaps', reset below. The
+  // order (debug, pool and pass locks, then this) cannot deadlock: whoever else holds a
+  // heap's slow lock without owning the heap took it with try_lock and waits on no lock of
+  // prepare's but leaf chunk locks, taken after it here.
+  f.own = heap_is_attached(t_heap) ? t_heap : nullptr;
+  if (f.own != nullptr) f.own->slow_lock.lock();
   central_locks_acquire();
   chunk_locks_acquire();
   large_locks_acquire();
@@ -217,6 +227,7 @@ void atfork_parent() {
     large_locks_release();
     chunk_locks_release();
     central_locks_release();
+    if (f.own != nullptr) f.own->slow_lock.unlock();
     background_locks_release();
     g_pool_lock.unlock();
     if (g_debug_hooks.fork_parent != nullptr) g_debug_hooks.fork_parent();
@@ -231,6 +242,10 @@ void atfork_child() {
     large_locks_reset_in_child();
     chunk_locks_reset_in_child();
     central_locks_reset_in_child();
+    if (f.own != nullptr) f.own->slow_lock.unlock();
+    // A pooled heap's slow lock is held only by a try_lock that reads `serving`
+    // (free_remote_medium), whose thread is gone.
+    for (Heap* p = g_pool_head; p != nullptr; p = p->pool_next) p->slow_lock.reset_after_fork();
     background_locks_reset_in_child();
     g_pool_lock.reset_after_fork();
     if (g_debug_hooks.fork_child != nullptr) g_debug_hooks.fork_child();
