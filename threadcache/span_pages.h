@@ -20,6 +20,10 @@ void carve(Span* s);                       // cuts the next OS page of s into fr
 void heap_link_span(Heap* h, Span* s);     // onto h's list of all its spans
 void heap_unlink_span(Heap* h, Span* s);   // off that list
 void release_span_pages(Span* s);          // resets s and gives its pages back to the chunk
-void heap_release_span(Heap* h, Span* s);  // unlinks s from h, releases it, purges when due
+// Unlinks s from h, releases it, purges when due. Called with h's slow lock held, by h's owner
+// (HeapSlowLock) or by another thread that took the lock itself (free_remote_medium, the
+// background reclaim): nothing it calls may take HeapSlowLock, whose nesting count is the
+// owner's alone.
+void heap_release_span(Heap* h, Span* s);
 
 }  // namespace brisk
