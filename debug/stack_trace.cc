@@ -65,8 +65,10 @@ constexpr std::uint64_t kRuleMask = kFramePointer | (kMaxSaveSlot << kSlotShift)
 constexpr std::size_t kCacheSlots = std::size_t{1} << 16;
 constexpr std::size_t kCacheProbes = 8;
 std::atomic<std::uint64_t>* g_frame_cache = nullptr;  // set by stack_trace_init
-std::atomic<std::uint64_t> g_cached_captures{0};
-std::atomic<std::uint64_t> g_unwound_captures{0};
+// This thread's captures (capture_counts): per thread, because every allocation in debug mode
+// captures a stack, and one process-wide counter would be a cache line all of them write.
+__thread std::uint64_t t_cached_captures __attribute__((tls_model("initial-exec"))) = 0;
+__thread std::uint64_t t_unwound_captures __attribute__((tls_model("initial-exec"))) = 0;
 
 std::size_t cache_slot(std::uintptr_t pc) { return static_cast<std::size_t>((pc * 0x9E3779B97F4A7C15ull) >> 48) & (kCacheSlots - 1); }
 
@@ -277,10 +279,10 @@ __attribute__((noinline)) int capture_stack(std::uintptr_t* frames, int max_dept
     const auto fp = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
     const int depth = walk_cached(fp + 16, load_word(fp), frames, max_depth, skip);
     if (depth >= 0) {
-      g_cached_captures.fetch_add(1, std::memory_order_relaxed);
+      ++t_cached_captures;
       return depth;
     }
-    g_unwound_captures.fetch_add(1, std::memory_order_relaxed);
+    ++t_unwound_captures;
   }
   return unwind(frames, max_depth, skip + 1, cache);
 }
@@ -291,7 +293,7 @@ __attribute__((noinline)) int capture_stack_unwound(std::uintptr_t* frames, int 
 }
 
 CaptureCounts capture_counts() {
-  return {g_cached_captures.load(std::memory_order_relaxed), g_unwound_captures.load(std::memory_order_relaxed)};
+  return {t_cached_captures, t_unwound_captures};
 }
 
 std::size_t format_frame(std::uintptr_t pc, char* out, std::size_t capacity) {

@@ -12,8 +12,8 @@
 //                                       through a cache of each return address's frame size on
 //                                       x86-64: stack_trace.cc).
 //   capture_stack_unwound(...)          the same through the unwinder alone (tests compare).
-//   capture_counts()                    captures served by the frame cache, and by the unwinder
-//                                       after a cache miss.
+//   capture_counts()                    this thread's captures served by the frame cache, and by
+//                                       the unwinder after a cache miss.
 //   StackDepot                          stores a stack once and names it by a 32-bit id; bounded
 //                                       (a full depot returns kNoStack and counts the drop).
 //                                       Lock-free: any thread may store and fetch at any time.
