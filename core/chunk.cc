@@ -124,6 +124,16 @@ bool chunk_has_resident_run(Chunk* c, unsigned n) {
   return false;
 }
 
+namespace {
+
+// Claimed pages are in use: a purge check must not count the time they lay free before.
+void forget_age(Chunk* c, std::uint64_t m) {
+  if ((c->aged.load(std::memory_order_relaxed) & m) != 0) c->aged.fetch_and(~m, std::memory_order_relaxed);
+  if ((c->decay_aged.load(std::memory_order_relaxed) & m) != 0) c->decay_aged.fetch_and(~m, std::memory_order_relaxed);
+}
+
+}  // namespace
+
 unsigned chunk_claim_pages(Chunk* c, unsigned n, bool* zeroed) {
   std::uint64_t bits = c->free_pages.load(std::memory_order_acquire);
   for (;;) {
@@ -146,6 +156,7 @@ unsigned chunk_claim_pages(Chunk* c, unsigned n, bool* zeroed) {
       // The pages are ours: the dirty bits this clears are those of their last release or purge.
       std::uint64_t was_dirty = c->dirty_pages.fetch_and(~m, std::memory_order_relaxed);
       c->lazy_pages.fetch_and(~m, std::memory_order_relaxed);
+      forget_age(c, m);
       if (zeroed != nullptr) *zeroed = (was_dirty & m) == 0;
       return first;
     }
@@ -162,6 +173,7 @@ bool chunk_claim_pages_at(Chunk* c, unsigned first, unsigned n) {
                                             std::memory_order_acquire)) {
       c->dirty_pages.fetch_and(~m, std::memory_order_relaxed);
       c->lazy_pages.fetch_and(~m, std::memory_order_relaxed);
+      forget_age(c, m);
       return true;
     }
   }
@@ -294,15 +306,16 @@ std::size_t chunk_decay_all(bool* pending, bool lazy, bool (*decays)(const Heap*
   LockGuard g(g_registry_lock);
   for (Chunk* c = g_registry_head; c != nullptr; c = c->reg_next) {
     if (!decays(c->page_owner.load(std::memory_order_relaxed))) {
-      c->decay_aged = 0;
+      c->decay_aged.store(0, std::memory_order_relaxed);
       continue;
     }
     std::uint64_t free_dirty = c->free_pages.load(std::memory_order_acquire) & c->dirty_pages.load(std::memory_order_relaxed);
     if (lazy) free_dirty &= ~c->lazy_pages.load(std::memory_order_relaxed);
-    std::uint64_t stale = free_dirty & c->decay_aged;
+    std::uint64_t stale = free_dirty & c->decay_aged.load(std::memory_order_relaxed);
     if (stale != 0) bytes += chunk_purge(c, stale, lazy);
-    c->decay_aged = free_dirty & ~stale;
-    left |= c->decay_aged != 0;
+    std::uint64_t aged = free_dirty & ~stale;
+    c->decay_aged.store(aged, std::memory_order_relaxed);
+    left |= aged != 0;
   }
   *pending = left;
   return bytes;

@@ -99,8 +99,12 @@ struct Chunk {
   Chunk* next;                              // in the page owner's list, or a global list
   Chunk* prev;
   bool abandoned;                           // on the abandoned list (under its lock)
-  std::uint64_t aged;                       // free dirty pages at the page owner's last purge check
-  std::uint64_t decay_aged;                 // free dirty pages at the last chunk_decay_all pass
+  // Free dirty pages at the page owner's last purge check (threadcache/purge.cc), and at the last
+  // chunk_decay_all pass. Written by those checks; every claim clears its pages' bits, so a page
+  // used in between is not taken for one that lay free all the time. A hint, like any read of
+  // the bitmaps: a claim racing with a check's store can leave its bit set.
+  std::atomic<std::uint64_t> aged;
+  std::atomic<std::uint64_t> decay_aged;
   Chunk* reg_next;                          // the registry of live chunks (chunk.cc)
   Chunk* reg_prev;
   Span* page_span[kPagesPerChunk];         // page -> its span; &spans[0] (never used): no span

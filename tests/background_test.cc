@@ -19,6 +19,7 @@
 #include "tests/test_util.h"
 #include "threadcache/background.h"
 #include "threadcache/heap.h"
+#include "threadcache/purge.h"
 #include "core/chunk.h"
 #include "core/free_key.h"
 
@@ -90,6 +91,33 @@ TEST_F(Background, PagesReusedBetweenPassesStayResident) {
   Passes(1, 1000);
   EXPECT_EQ(static_cast<unsigned char*>(q)[12345], 7);  // still resident with its contents
   brisk_free(q);
+}
+
+// The thread's own purge check (threadcache/purge.cc, run every BRISK_PURGE_BYTES of releases)
+// gives back pages free at two checks a delay apart, but not pages claimed in between, even
+// when they are free again at the second check: a steady workload reuses them every round.
+std::size_t OwnPurge() {
+  g_fake_now += 1000;
+  brisk::Heap* h = brisk::t_heap;
+  brisk::HeapSlowLock lock(h);
+  return brisk::heap_purge(h, 1);
+}
+
+TEST_F(Background, OwnPurgeSparesPagesClaimedAndFreedAgainSinceItsLastCheck) {
+  constexpr std::size_t kSize = std::size_t{1} << 20;  // a medium block: its own pages
+  brisk_free(brisk_malloc(16));  // this thread has a heap
+  OwnPurge();
+  OwnPurge();  // whatever earlier tests left free is purged now: nothing is aged
+  void* p = brisk_malloc(kSize);
+  std::memset(p, 1, kSize);
+  brisk_free(p);
+  EXPECT_EQ(OwnPurge(), 0u);  // seen free and dirty once
+  void* q = brisk_malloc(kSize);
+  ASSERT_EQ(q, p) << "the resident pages were expected to be claimed again";
+  std::memset(q, 2, kSize);
+  brisk_free(q);
+  EXPECT_EQ(OwnPurge(), 0u) << "pages used since the last check were purged";
+  EXPECT_GE(OwnPurge(), kSize) << "pages free at two checks were kept";
 }
 
 TEST_F(Background, FreePagesOfExitedThreadsChunksAreReturned) {

@@ -43,9 +43,9 @@ std::size_t heap_purge(Heap* h, std::size_t keep) {
       }
     } else {
       kept_spare |= free == kAllPagesFree;
-      std::uint64_t stale = keep == 0 ? free_dirty : free_dirty & c->aged;
+      std::uint64_t stale = keep == 0 ? free_dirty : free_dirty & c->aged.load(std::memory_order_relaxed);
       if (stale != 0) bytes += chunk_purge(c, stale, lazy);
-      c->aged = free_dirty & ~stale;
+      c->aged.store(free_dirty & ~stale, std::memory_order_relaxed);
     }
     c = next;
   }
