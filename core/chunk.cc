@@ -219,9 +219,12 @@ void unmap_chunk(Chunk* c) {
 }
 
 // Every live chunk (not the cached ones), so that a heap whose own chunks are full can use the
-// free pages of others' before mapping a new chunk. Destroying a chunk takes this lock, so a
-// chunk seen here stays mapped while the lock is held.
-SpinLock g_registry_lock;
+// free pages of others' before mapping a new chunk. Adding and destroying a chunk take this lock
+// as writers, so a chunk seen by a reader stays mapped while the reader holds it. Everything
+// else only reads the list (scans, purges, stats), and changes chunks only through their
+// atomic bitmaps: readers exclude no one but writers, so heaps scanning for free pages (as often
+// as once per medium span) do not wait for each other.
+SharedSpinLock g_registry_lock;
 Chunk* g_registry_head = nullptr;
 constexpr unsigned kMaxRegistryScan = 128;
 
@@ -242,7 +245,7 @@ void registry_remove_locked(Chunk* c) {
 }  // namespace
 
 Chunk* chunk_claim_shared(Heap* h, unsigned n, bool resident_only, unsigned* first, bool* zeroed) {
-  LockGuard g(g_registry_lock);
+  SharedLockGuard g(g_registry_lock);
   for (int pass = resident_only ? 0 : 1; pass < 2; ++pass) {
     unsigned scanned = 0;
     for (Chunk* c = g_registry_head; c != nullptr && scanned < kMaxRegistryScan; c = c->reg_next, ++scanned) {
@@ -294,7 +297,7 @@ std::size_t chunk_purge_all() {
   // destroy fails for pages this purge holds for a moment. (The last release into an abandoned
   // chunk can still find those pages taken and leave the chunk listed, empty:
   // chunk_destroy_empty_abandoned collects such chunks.)
-  LockGuard g(g_registry_lock);
+  SharedLockGuard g(g_registry_lock);
   for (Chunk* c = g_registry_head; c != nullptr; c = c->reg_next) bytes += chunk_purge(c);
   return bytes;
 }
@@ -302,8 +305,8 @@ std::size_t chunk_purge_all() {
 std::size_t chunk_decay_all(bool* pending, bool lazy, bool (*decays)(const Heap* page_owner)) {
   std::size_t bytes = 0;
   bool left = false;
-  // decay_aged is written only here, under the registry lock: one pass at a time.
-  LockGuard g(g_registry_lock);
+  // decay_aged is stored only here, by the background pass (one at a time, under its pass lock).
+  SharedLockGuard g(g_registry_lock);
   for (Chunk* c = g_registry_head; c != nullptr; c = c->reg_next) {
     if (!decays(c->page_owner.load(std::memory_order_relaxed))) {
       c->decay_aged.store(0, std::memory_order_relaxed);
@@ -322,7 +325,7 @@ std::size_t chunk_decay_all(bool* pending, bool lazy, bool (*decays)(const Heap*
 }
 
 void chunk_for_each_live(void (*visit)(Chunk* c, void* context), void* context) {
-  LockGuard g(g_registry_lock);
+  SharedLockGuard g(g_registry_lock);
   for (Chunk* c = g_registry_head; c != nullptr; c = c->reg_next) visit(c, context);
 }
 

@@ -81,15 +81,97 @@ class alignas(32) SpinLock {
   std::atomic<std::uint64_t> yields_{0};
 };
 
+// SharedSpinLock: a SpinLock for writers, plus a count of readers that exclude writers but not
+// each other, for a structure read on repeated paths and changed rarely (the chunk registry:
+// every heap scans it for free pages, chunks join and leave it only when mapped or destroyed).
+// One word holds the reader count and the writer bit. A reader adds itself and leaves again if
+// the writer bit was set; a writer takes the SpinLock (one writer at a time), sets the bit, and
+// waits for the readers already in to leave. Both are read-modify-writes of the same word, so
+// of a reader and a writer arriving together one sees the other. A steady stream of readers
+// cannot starve a writer: the bit turns new readers away while it waits.
+// Counts: acquisitions of both kinds; contended: a reader that met a writer, a writer that met
+// readers or another writer. Readers write their counter with fetch_add on the word's line,
+// which their arrival already took.
+class alignas(64) SharedSpinLock {
+ public:
+  void lock() {
+    writers_.lock();
+    if (state_.fetch_or(kWriter, std::memory_order_acq_rel) != 0) {
+      contended_.fetch_add(1, std::memory_order_relaxed);
+      wait([this] { return state_.load(std::memory_order_acquire) != kWriter; });
+    }
+  }
+  void unlock() {
+    state_.fetch_and(~kWriter, std::memory_order_release);
+    writers_.unlock();
+  }
+  void lock_shared() {
+    shared_acquisitions_.fetch_add(1, std::memory_order_relaxed);
+    while ((state_.fetch_add(kReader, std::memory_order_acquire) & kWriter) != 0) {
+      state_.fetch_sub(kReader, std::memory_order_relaxed);
+      contended_.fetch_add(1, std::memory_order_relaxed);
+      wait([this] { return (state_.load(std::memory_order_relaxed) & kWriter) != 0; });
+    }
+  }
+  void unlock_shared() { state_.fetch_sub(kReader, std::memory_order_release); }
+  bool is_locked() const { return state_.load(std::memory_order_relaxed) != 0; }
+  // Only for a fork child, which has exactly one thread: whoever held the lock is gone.
+  void reset_after_fork() {
+    state_.store(0, std::memory_order_relaxed);
+    writers_.reset_after_fork();
+  }
+  LockCounts counts() const {
+    LockCounts c = writers_.counts();
+    c.acquisitions += shared_acquisitions_.load(std::memory_order_relaxed);
+    c.contended += contended_.load(std::memory_order_relaxed);
+    c.yields += yields_.load(std::memory_order_relaxed);
+    return c;
+  }
+
+ private:
+  static constexpr std::uint64_t kWriter = 1;
+  static constexpr std::uint64_t kReader = 2;
+  template <typename Busy>
+  void wait(Busy busy) {
+    for (unsigned spins = 0; busy(); ++spins) {
+      if (spins < 64) {
+        __builtin_ia32_pause();
+      } else {
+        sched_yield();
+        yields_.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+  }
+  std::atomic<std::uint64_t> state_{0};
+  std::atomic<std::uint64_t> shared_acquisitions_{0};
+  std::atomic<std::uint64_t> contended_{0};
+  std::atomic<std::uint64_t> yields_{0};
+  SpinLock writers_;
+};
+
+class SharedLockGuard {
+ public:
+  explicit SharedLockGuard(SharedSpinLock& l) : l_(l) { l_.lock_shared(); }
+  ~SharedLockGuard() { l_.unlock_shared(); }
+  SharedLockGuard(const SharedLockGuard&) = delete;
+  SharedLockGuard& operator=(const SharedLockGuard&) = delete;
+
+ private:
+  SharedSpinLock& l_;
+};
+
+template <typename Lock = SpinLock>
 class LockGuard {
  public:
-  explicit LockGuard(SpinLock& l) : l_(l) { l_.lock(); }
+  explicit LockGuard(Lock& l) : l_(l) { l_.lock(); }
   ~LockGuard() { l_.unlock(); }
   LockGuard(const LockGuard&) = delete;
   LockGuard& operator=(const LockGuard&) = delete;
 
  private:
-  SpinLock& l_;
+  Lock& l_;
 };
+template <typename Lock>
+LockGuard(Lock&) -> LockGuard<Lock>;
 
 }  // namespace brisk
