@@ -1,5 +1,6 @@
 // debug/stack_trace: capture (depth, call sites, through a shared object built without frame
-// pointers), the stack depot (one id per distinct stack, bounded memory under millions of
+// pointers, through frames realigned with DRAP or saving RBP below another copy of it), the
+// frame rules read from call-frame information, the stack depot (one id per distinct stack, bounded memory under millions of
 // stacks, concurrent stores), and frame symbolisation.
 #include "debug/stack_trace.h"
 
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "core/platform.h"
+#include "debug/frame_rule.h"
 
 #ifdef BRISK_TEST_SANITIZED
 constexpr int kScale = 4;
@@ -23,6 +25,15 @@ constexpr int kScale = 1;
 
 using CaptureFn = int (*)(std::uintptr_t* frames, int max_depth, int skip);
 extern "C" int nofp_capture(CaptureFn capture, std::uintptr_t* frames, int max_depth, std::uintptr_t* return_address);
+extern "C" int drap_capture(CaptureFn capture, std::uintptr_t* frames, int max_depth, std::size_t bytes,
+                            std::uintptr_t* return_address);
+// libgcc's lookup of the FDE covering an address (unwind-dw2-fde.h).
+struct EhBases {
+  void* tbase;
+  void* dbase;
+  void* func;
+};
+extern "C" const void* _Unwind_Find_FDE(void* pc, EhBases* bases);
 
 namespace {
 
@@ -348,6 +359,162 @@ TEST_F(StackTrace, AThreadsWholeStackEndsWhereTheUnwindersEnds) {
     ExpectSameFrames(cached, unwound, "thread");
     EXPECT_LT(unwound.depth, brisk::debug::kMaxStackDepth);
   }
+}
+
+// ---- Frames the cache learns from their call-frame information -------------------------------
+
+using brisk::debug::FrameRule;
+
+FrameRule RuleAt(std::uintptr_t return_address) {
+  EhBases bases{};
+  const void* fde = _Unwind_Find_FDE(reinterpret_cast<void*>(return_address - 1), &bases);
+  FrameRule rule;
+  EXPECT_NE(fde, nullptr);
+  if (fde != nullptr) {
+    EXPECT_TRUE(brisk::debug::read_frame_rule(fde, reinterpret_cast<std::uintptr_t>(bases.func), return_address, &rule));
+  }
+  return rule;
+}
+
+__attribute__((noinline)) void DrapBoth(std::size_t bytes, Capture* cached, Capture* unwound, std::uintptr_t* into_caller) {
+  CaptureFn const captures[2] = {capture_stack, brisk::debug::capture_stack_unwound};
+  Capture* const outs[2] = {cached, unwound};
+  for (int i = 0; i < 2; ++i) {
+    asm volatile("" : "+r"(i));  // one call site for both: no unrolling
+    outs[i]->depth = drap_capture(captures[i], outs[i]->frames, 8, bytes + 48 * static_cast<std::size_t>(i), into_caller);
+  }
+  asm volatile("" ::: "memory");
+}
+
+// GCC's DRAP frame (libtbb's task dispatch has them: every capture through a TBB worker went to
+// the unwinder): the CFA is a word saved below RBP, at any realignment and alloca size.
+TEST_F(StackTrace, AFrameRealignedThroughADrapRegisterIsWalkedFromTheCache) {
+  for (int round = 0; round < 4; ++round) {
+    Capture cached, unwound;
+    std::uintptr_t into_caller = 0;
+    const auto before = brisk::debug::capture_counts();
+    DrapBoth(16 + 200 * static_cast<std::size_t>(round), &cached, &unwound, &into_caller);
+    const auto after = brisk::debug::capture_counts();
+    ExpectSameFrames(cached, unwound, "drap");
+    ASSERT_GE(unwound.depth, 2);
+    EXPECT_EQ(unwound.frames[1], into_caller);
+    if (round == 0) {
+      // The frame under test really is a DRAP frame in this build: CFA = *(RBP - 8k), the
+      // caller's RBP at RBP.
+      const FrameRule rule = RuleAt(unwound.frames[0]);
+      EXPECT_EQ(rule.cfa, FrameRule::Cfa::kLoadRbp);
+      EXPECT_LT(rule.cfa_offset, 0);
+      EXPECT_EQ(rule.rbp, FrameRule::Saved::kAtRbp);
+      EXPECT_EQ(rule.rbp_offset, 0);
+    } else {  // the first walk taught the cache
+      EXPECT_EQ(after.cached, before.cached + 1) << round;
+      EXPECT_EQ(after.unwound, before.unwound) << round;
+    }
+  }
+}
+
+}  // namespace
+
+// Two frames written in assembly so that the registers at each call are known:
+// brisk_test_slot_outer keeps a frame pointer and calls brisk_test_slot_inner with R12 holding
+// either its own RBP (rcx == 0) or its stack pointer at the call (rcx != 0). The inner frame
+// saves R12 at CFA - 16 and RBP at CFA - 24, clears RBP and calls capture(frames, max_depth, 0).
+// With R12 == RBP both slots hold the outer frame's RBP: only the call-frame information says
+// which one is RBP's.
+extern "C" int brisk_test_slot_outer(CaptureFn capture, std::uintptr_t* frames, int max_depth, long r12_is_rsp);
+asm(R"(
+  .text
+  .globl brisk_test_slot_outer
+  .hidden brisk_test_slot_outer
+  .type brisk_test_slot_outer, @function
+  .p2align 4
+brisk_test_slot_outer:
+  .cfi_startproc
+  push %rbp
+  .cfi_def_cfa_offset 16
+  .cfi_offset %rbp, -16
+  mov %rsp, %rbp
+  .cfi_def_cfa_register %rbp
+  push %r12
+  .cfi_offset %r12, -24
+  sub $8, %rsp
+  mov %rbp, %r12
+  test %rcx, %rcx
+  cmovnz %rsp, %r12
+  call brisk_test_slot_inner
+  add $8, %rsp
+  pop %r12
+  pop %rbp
+  .cfi_def_cfa %rsp, 8
+  ret
+  .cfi_endproc
+  .size brisk_test_slot_outer, .-brisk_test_slot_outer
+
+  .type brisk_test_slot_inner, @function
+  .p2align 4
+brisk_test_slot_inner:
+  .cfi_startproc
+  push %r12
+  .cfi_def_cfa_offset 16
+  .cfi_offset %r12, -16
+  push %rbp
+  .cfi_def_cfa_offset 24
+  .cfi_offset %rbp, -24
+  sub $8, %rsp
+  .cfi_def_cfa_offset 32
+  xor %ebp, %ebp
+  mov %rdi, %rax
+  mov %rsi, %rdi
+  mov %edx, %esi
+  xor %edx, %edx
+  call *%rax
+  add $8, %rsp
+  .cfi_def_cfa_offset 24
+  pop %rbp
+  .cfi_def_cfa_offset 16
+  pop %r12
+  .cfi_def_cfa_offset 8
+  ret
+  .cfi_endproc
+  .size brisk_test_slot_inner, .-brisk_test_slot_inner
+)");
+
+namespace {
+
+__attribute__((noinline)) void SaveSlotBoth(long r12_is_rsp, int max_depth, Capture* cached, Capture* unwound) {
+  CaptureFn const captures[2] = {capture_stack, brisk::debug::capture_stack_unwound};
+  Capture* const outs[2] = {cached, unwound};
+  for (int i = 0; i < 2; ++i) {
+    asm volatile("" : "+r"(i));  // one call site for both: no unrolling
+    outs[i]->depth = brisk_test_slot_outer(captures[i], outs[i]->frames, max_depth, r12_is_rsp);
+  }
+  asm volatile("" ::: "memory");
+}
+
+// Learnt from the values of one walk, the inner frame's RBP could be either slot; taken from
+// the nearer one, the next walk (R12 now the outer frame's stack pointer) walked the outer frame
+// from a wrong RBP and returned a garbage third frame. 3 frames end at that one.
+TEST_F(StackTrace, ARbpSaveSlotComesFromTheFrameInfoNotFromAWalksValues) {
+  for (int round = 0; round < 4; ++round) {
+    for (int depth : {3, 8}) {
+      Capture cached, unwound;
+      const auto before = brisk::debug::capture_counts();
+      SaveSlotBoth(round % 2, depth, &cached, &unwound);
+      const auto after = brisk::debug::capture_counts();
+      ExpectSameFrames(cached, unwound, round % 2 == 0 ? "r12 == rbp" : "r12 == rsp");
+      if (round > 0) {  // the first walk taught the cache
+        EXPECT_EQ(after.cached, before.cached + 1) << round << " depth " << depth;
+        EXPECT_EQ(after.unwound, before.unwound) << round << " depth " << depth;
+      }
+    }
+  }
+  Capture cached, unwound;
+  SaveSlotBoth(0, 3, &cached, &unwound);
+  const FrameRule rule = RuleAt(unwound.frames[0]);
+  EXPECT_EQ(rule.cfa, FrameRule::Cfa::kRspOffset);
+  EXPECT_EQ(rule.cfa_offset, 32);
+  EXPECT_EQ(rule.rbp, FrameRule::Saved::kAtCfa);
+  EXPECT_EQ(rule.rbp_offset, -24);
 }
 
 }  // namespace
