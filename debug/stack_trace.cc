@@ -87,7 +87,7 @@ __thread std::uint64_t t_unwound_captures __attribute__((tls_model("initial-exec
 std::size_t cache_slot(std::uintptr_t pc) { return static_cast<std::size_t>((pc * 0x9E3779B97F4A7C15ull) >> 48) & (kCacheSlots - 1); }
 
 // The info of a return address, or 0 when it is not in the cache.
-std::uint64_t cache_find(std::uintptr_t pc) {
+BRISK_ALWAYS_INLINE std::uint64_t cache_find(std::uintptr_t pc) {
   for (std::size_t i = 0, slot = cache_slot(pc); i < kCacheProbes; ++i, slot = (slot + 1) & (kCacheSlots - 1)) {
     const std::uint64_t entry = g_frame_cache[slot].load(std::memory_order_relaxed);
     if (entry == 0) return 0;
