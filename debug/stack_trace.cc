@@ -8,6 +8,7 @@
 #include "core/hints.h"
 #include "core/platform.h"
 #include "core/text_writer.h"
+#include "debug/frame_rule.h"
 
 namespace brisk::debug {
 namespace {
@@ -20,6 +21,14 @@ using UnwindBacktraceFn = int (*)(UnwindTraceFn, void*);
 using UnwindGetIpInfoFn = std::uintptr_t (*)(UnwindContext*, int*);
 using UnwindGetCfaFn = std::uintptr_t (*)(UnwindContext*);
 using UnwindGetGrFn = std::uintptr_t (*)(UnwindContext*, int);
+// libgcc's lookup of the FDE that covers an address (unwind-dw2-fde.h), and the bases it fills
+// in: func is the start of the FDE's range.
+struct EhBases {
+  void* tbase;
+  void* dbase;
+  void* func;
+};
+using UnwindFindFdeFn = const void* (*)(void*, EhBases*);
 constexpr int kUnwindNoReason = 0;
 constexpr int kUnwindNormalStop = 4;
 
@@ -28,6 +37,7 @@ struct Unwinder {
   UnwindGetIpInfoFn get_ip_info;
   UnwindGetCfaFn get_cfa;
   UnwindGetGrFn get_gr;
+  UnwindFindFdeFn find_fde;  // null: the cache learns nothing, every capture unwinds
 };
 // Written once by stack_trace_init, before any capture that uses it.
 Unwinder g_unwinder{};
@@ -36,14 +46,17 @@ std::atomic<bool> g_have_unwinder{false};
 // ---- The frame cache (x86-64) --------------------------------------------------------------
 // The unwinder interprets each frame's DWARF call-frame program on every capture: 8 frames cost
 // 3-17x a debug allocation without stacks. On x86-64 a return address is always stored at
-// CFA - 8, and at a given return address a function's CFA is either its stack pointer plus a
-// constant (code built without frame pointers) or its RBP plus 16 (with one: the caller's RBP
-// is saved at RBP). So the cache keeps, per return address the unwinder has walked through,
-// that rule and where the caller's RBP is (unchanged, or saved at CFA - 8k), and a later
-// capture through the same return addresses walks the stack with a few loads per frame. A frame
-// whose CFA follows neither rule (a stack realigned through another register, signal frames and
-// their trampolines, frames above 8 KiB) is marked uncached: a walk through it, or through a
-// return address not seen yet, falls back to the unwinder, which teaches the cache.
+// CFA - 8, and at a given return address a function's CFA is its stack pointer plus a constant
+// (code built without frame pointers), its RBP plus 16 (with one: the caller's RBP is saved at
+// RBP), or, in a frame GCC realigned through a register (DRAP: -mstackrealign, an over-aligned
+// local beside alloca, libtbb's task dispatch), a word saved below its RBP. So the cache keeps,
+// per return address the unwinder has walked through, that rule and where the caller's RBP is
+// (unchanged, saved at CFA - 8k, or at RBP), read from the frame's call-frame information
+// (debug/frame_rule.h) and checked against what the unwinder found; a later capture through the
+// same return addresses walks the stack with a few loads per frame. A frame no such rule fits
+// (a CFA in another register, signal frames and their trampolines, frames above 8 KiB) is
+// marked uncached: a walk through it, or through a return address not seen yet, falls back to
+// the unwinder, which teaches the cache.
 #if defined(__x86_64__)
 constexpr bool kFrameCache = true;
 #else
@@ -53,11 +66,12 @@ constexpr bool kFrameCache = false;
 // A slot: return address << kInfoBits | info; 0 when empty. Slots are written with
 // compare-and-swap; an entry only ever gains kTerminal or kUncached, so any thread may read it.
 // info: kTerminal | kUncached | kFramePointer | RBP's save slot k (0: unchanged) << kSlotShift
-//       | (CFA - SP) / 8 (rsp-based frames).
+//       | (CFA - SP) / 8 (rsp-based frames), or with kFramePointer the DRAP slot j (CFA saved
+//       at RBP - 8j; 0: CFA = RBP + 16).
 constexpr unsigned kInfoBits = 17;
 constexpr std::uint64_t kTerminal = 1u << 16;      // the unwinder found no caller above this frame
 constexpr std::uint64_t kUncached = 1u << 15;      // no rule fits: walk with the unwinder
-constexpr std::uint64_t kFramePointer = 1u << 14;  // CFA = RBP + 16, the caller's RBP at RBP
+constexpr std::uint64_t kFramePointer = 1u << 14;  // CFA = RBP + 16 or *(RBP - 8j), the caller's RBP at RBP
 constexpr unsigned kSlotShift = 10;
 constexpr std::uint64_t kMaxSaveSlot = 15;
 constexpr std::uint64_t kDeltaMask = (1u << kSlotShift) - 1;
@@ -73,7 +87,7 @@ __thread std::uint64_t t_unwound_captures __attribute__((tls_model("initial-exec
 std::size_t cache_slot(std::uintptr_t pc) { return static_cast<std::size_t>((pc * 0x9E3779B97F4A7C15ull) >> 48) & (kCacheSlots - 1); }
 
 // The info of a return address, or 0 when it is not in the cache.
-std::uint64_t cache_find(std::uintptr_t pc) {
+BRISK_ALWAYS_INLINE std::uint64_t cache_find(std::uintptr_t pc) {
   for (std::size_t i = 0, slot = cache_slot(pc); i < kCacheProbes; ++i, slot = (slot + 1) & (kCacheSlots - 1)) {
     const std::uint64_t entry = g_frame_cache[slot].load(std::memory_order_relaxed);
     if (entry == 0) return 0;
@@ -109,6 +123,14 @@ __attribute__((no_sanitize("address"))) std::uintptr_t load_word(std::uintptr_t 
   return *reinterpret_cast<const std::uintptr_t*>(address);
 }
 
+// A DRAP frame's CFA, loaded from its slot, lies above its RBP, within the realignment, and
+// the prologue copied the return address at CFA - 8 to RBP + 8 (GCC's DRAP prologue pushes
+// it there so that the frame also looks like a frame-pointer frame): a word that passes is that
+// frame's CFA, not a stale slot.
+bool drap_cfa_fits(std::uintptr_t cfa, std::uintptr_t rbp) {
+  return cfa >= rbp + 16 && cfa - rbp <= kDeltaMask * 8 && cfa % 8 == 0 && load_word(cfa - 8) == load_word(rbp + 8);
+}
+
 // Walks the stack above a frame whose CFA is cfa and whose caller's RBP is rbp with the cache
 // alone: the frame count, or -1 when a return address is missing or uncached, or a frame
 // pointer leads nowhere sensible (the caller unwinds instead).
@@ -127,7 +149,14 @@ int walk_cached(std::uintptr_t cfa, std::uintptr_t rbp, std::uintptr_t* frames, 
     if (info & kFramePointer) {
       // The frame's own RBP, which the walk carried up: it must lie in this frame.
       if (rbp < sp || rbp - sp > kDeltaMask * 8 || rbp % 8 != 0) return -1;
-      cfa = rbp + 16;
+      const std::uint64_t drap_slot = info & kDeltaMask;
+      if (drap_slot == 0) {
+        cfa = rbp + 16;
+      } else {
+        if (rbp - sp < 8 * drap_slot) return -1;
+        cfa = load_word(rbp - 8 * drap_slot);
+        if (!drap_cfa_fits(cfa, rbp)) return -1;
+      }
       rbp = load_word(rbp);
     } else {
       cfa = sp + (info & kDeltaMask) * 8;
@@ -154,27 +183,56 @@ struct CaptureState {
   bool last_signal;
 };
 
-// The rule of a frame that ran from sp to cfa with RBP rbp, called by a frame whose RBP is
-// caller_rbp and whose return address is pc.
-std::uint64_t frame_rule(std::uintptr_t sp, std::uintptr_t cfa, std::uintptr_t rbp, std::uintptr_t caller_rbp, std::uintptr_t pc) {
-  if (cfa <= sp || cfa - sp > kDeltaMask * 8 || (cfa - sp) % 8 != 0) return kUncached;
-  if (rbp == cfa - 16) return kFramePointer;  // also what load_word(rbp) == caller_rbp says
-  // RBP inside the frame at a copy of the return address: a frame pointer over a realigned
-  // stack, whose CFA is no constant distance from either.
-  if (rbp >= sp && rbp < cfa && cfa - rbp >= 16 && rbp % 8 == 0 && load_word(rbp + 8) == pc) return kUncached;
-  const std::uint64_t delta = (cfa - sp) / 8;
-  // The caller's RBP saved in the frame: the prologue pushes callee-saved registers right
-  // below the return address, above every local (which may hold a copy of the same value), so
-  // the slot nearest the CFA is the push. A function that saves RBP does so on every path, so
-  // the slot holds it even at a call made before RBP changes.
-  for (std::uint64_t k = 2; k <= kMaxSaveSlot && 8 * k <= cfa - sp; ++k)
-    if (load_word(cfa - 8 * k) == caller_rbp) return (k << kSlotShift) | delta;
-  return rbp == caller_rbp ? delta : kUncached;
+// The cache's rule for a return address, from its frame's call-frame information: kUncached
+// when the frame follows none of the rules walk_cached knows.
+std::uint64_t cache_rule(const FrameRule& rule) {
+  if (rule.signal_frame || rule.return_address != FrameRule::Saved::kAtCfa || rule.return_address_offset != -8)
+    return kUncached;
+  const std::int64_t max_offset = static_cast<std::int64_t>(kDeltaMask) * 8;
+  switch (rule.cfa) {
+    case FrameRule::Cfa::kRspOffset: {
+      if (rule.cfa_offset <= 0 || rule.cfa_offset > max_offset || rule.cfa_offset % 8 != 0) return kUncached;
+      const auto delta = static_cast<std::uint64_t>(rule.cfa_offset / 8);
+      if (rule.rbp == FrameRule::Saved::kSame) return delta;
+      const std::int64_t slot = -rule.rbp_offset / 8;
+      if (rule.rbp == FrameRule::Saved::kAtCfa && rule.rbp_offset % 8 == 0 && slot >= 2 &&
+          slot <= static_cast<std::int64_t>(kMaxSaveSlot) && 8 * slot <= rule.cfa_offset)
+        return (static_cast<std::uint64_t>(slot) << kSlotShift) | delta;
+      return kUncached;
+    }
+    case FrameRule::Cfa::kRbpOffset:
+      return rule.cfa_offset == 16 && rule.rbp == FrameRule::Saved::kAtCfa && rule.rbp_offset == -16 ? kFramePointer
+                                                                                                  : kUncached;
+    case FrameRule::Cfa::kLoadRbp:
+      if (rule.rbp == FrameRule::Saved::kAtRbp && rule.rbp_offset == 0 && rule.cfa_offset < 0 &&
+          rule.cfa_offset % 8 == 0 && -rule.cfa_offset <= max_offset)
+        return kFramePointer | static_cast<std::uint64_t>(-rule.cfa_offset / 8);
+      return kUncached;
+    default:
+      return kUncached;
+  }
+}
+
+std::uint64_t rule_from_call_frame_info(std::uintptr_t return_address) {
+  if (g_unwinder.find_fde == nullptr) return kUncached;
+  EhBases bases{};
+  // The address of the call, as the unwinder looks it up: a call that ends its function has
+  // a return address past the function's end.
+  const void* fde = g_unwinder.find_fde(reinterpret_cast<void*>(return_address - 1), &bases);
+  FrameRule rule;
+  if (fde == nullptr || !read_frame_rule(fde, reinterpret_cast<std::uintptr_t>(bases.func), return_address, &rule))
+    return kUncached;
+  return cache_rule(rule);
 }
 
 // Whether a cached rule gives what the unwinder found for the same return address this time.
 bool rule_holds(std::uint64_t info, std::uintptr_t sp, std::uintptr_t cfa, std::uintptr_t rbp, std::uintptr_t caller_rbp) {
-  if (info & kFramePointer) return rbp + 16 == cfa && load_word(rbp) == caller_rbp;
+  if (info & kFramePointer) {
+    if (rbp < sp || rbp - sp > kDeltaMask * 8 || rbp % 8 != 0 || load_word(rbp) != caller_rbp) return false;
+    const std::uint64_t drap_slot = info & kDeltaMask;
+    if (drap_slot == 0) return rbp + 16 == cfa;
+    return rbp - sp >= 8 * drap_slot && load_word(rbp - 8 * drap_slot) == cfa && drap_cfa_fits(cfa, rbp);
+  }
   if (sp + (info & kDeltaMask) * 8 != cfa) return false;
   const std::uint64_t save_slot = (info >> kSlotShift) & kMaxSaveSlot;
   return (save_slot != 0 ? load_word(cfa - 8 * save_slot) : rbp) == caller_rbp;
@@ -192,11 +250,16 @@ void learn_frame(CaptureState* state, UnwindContext* context, std::uintptr_t pc,
     if (signal_frame || state->last_signal) {
       cache_learn(state->last_pc, kUncached);
     } else {
-      // Another rule can fit one walk by chance (a register that held the same value as RBP):
-      // the rule cached first stands while it gives what the unwinder finds.
+      // A rule is cached only while it gives what the unwinder finds: a frame the call-frame
+      // information describes wrongly, or that this reader misreads, stays with the unwinder.
       const std::uint64_t cached = cache_find(state->last_pc);
-      if (cached == 0 || (cached & kUncached) || !rule_holds(cached, state->last_sp, sp, state->last_rbp, rbp))
-        cache_learn(state->last_pc, frame_rule(state->last_sp, sp, state->last_rbp, rbp, pc));
+      if (cached == 0) {
+        std::uint64_t rule = rule_from_call_frame_info(state->last_pc);
+        if (!(rule & kUncached) && !rule_holds(rule, state->last_sp, sp, state->last_rbp, rbp)) rule = kUncached;
+        cache_learn(state->last_pc, rule);
+      } else if (!(cached & kUncached) && !rule_holds(cached, state->last_sp, sp, state->last_rbp, rbp)) {
+        cache_learn(state->last_pc, kUncached);
+      }
     }
   }
   state->last_pc = pc;
@@ -262,7 +325,8 @@ bool stack_trace_init() {
   if (kFrameCache && g_frame_cache == nullptr)
     g_frame_cache = static_cast<std::atomic<std::uint64_t>*>(platform::map(kCacheSlots * sizeof(std::uint64_t)));
   g_unwinder = Unwinder{reinterpret_cast<UnwindBacktraceFn>(found[0]), reinterpret_cast<UnwindGetIpInfoFn>(found[1]),
-                        reinterpret_cast<UnwindGetCfaFn>(found[2]), reinterpret_cast<UnwindGetGrFn>(found[3])};
+                        reinterpret_cast<UnwindGetCfaFn>(found[2]), reinterpret_cast<UnwindGetGrFn>(found[3]),
+                        reinterpret_cast<UnwindFindFdeFn>(dlsym(libgcc, "_Unwind_Find_FDE"))};
   g_have_unwinder.store(true, std::memory_order_release);
   // The first unwind of a module reads its unwind tables; do it now, not inside an allocation.
   std::uintptr_t frames[4];

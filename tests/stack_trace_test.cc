@@ -1,6 +1,8 @@
 // debug/stack_trace: capture (depth, call sites, through a shared object built without frame
-// pointers), the stack depot (one id per distinct stack, bounded memory under millions of
-// stacks, concurrent stores), and frame symbolisation.
+// pointers, through frames realigned with DRAP or saving RBP below another copy of it), the
+// frame rules read from call-frame information (real and hand-made .eh_frame bytes), the stack
+// depot (one id per distinct stack, bounded memory under millions of stacks, concurrent
+// stores), and frame symbolisation.
 #include "debug/stack_trace.h"
 
 #include <alloca.h>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "core/platform.h"
+#include "debug/frame_rule.h"
 
 #ifdef BRISK_TEST_SANITIZED
 constexpr int kScale = 4;
@@ -23,6 +26,15 @@ constexpr int kScale = 1;
 
 using CaptureFn = int (*)(std::uintptr_t* frames, int max_depth, int skip);
 extern "C" int nofp_capture(CaptureFn capture, std::uintptr_t* frames, int max_depth, std::uintptr_t* return_address);
+extern "C" int drap_capture(CaptureFn capture, std::uintptr_t* frames, int max_depth, std::size_t bytes,
+                            std::uintptr_t* return_address);
+// libgcc's lookup of the FDE covering an address (unwind-dw2-fde.h).
+struct EhBases {
+  void* tbase;
+  void* dbase;
+  void* func;
+};
+extern "C" const void* _Unwind_Find_FDE(void* pc, EhBases* bases);
 
 namespace {
 
@@ -348,6 +360,259 @@ TEST_F(StackTrace, AThreadsWholeStackEndsWhereTheUnwindersEnds) {
     ExpectSameFrames(cached, unwound, "thread");
     EXPECT_LT(unwound.depth, brisk::debug::kMaxStackDepth);
   }
+}
+
+// ---- Frames the cache learns from their call-frame information -------------------------------
+
+using brisk::debug::FrameRule;
+
+FrameRule RuleAt(std::uintptr_t return_address) {
+  EhBases bases{};
+  const void* fde = _Unwind_Find_FDE(reinterpret_cast<void*>(return_address - 1), &bases);
+  FrameRule rule;
+  EXPECT_NE(fde, nullptr);
+  if (fde != nullptr) {
+    EXPECT_TRUE(brisk::debug::read_frame_rule(fde, reinterpret_cast<std::uintptr_t>(bases.func), return_address, &rule));
+  }
+  return rule;
+}
+
+__attribute__((noinline)) void DrapBoth(std::size_t bytes, Capture* cached, Capture* unwound, std::uintptr_t* into_caller) {
+  CaptureFn const captures[2] = {capture_stack, brisk::debug::capture_stack_unwound};
+  Capture* const outs[2] = {cached, unwound};
+  for (int i = 0; i < 2; ++i) {
+    asm volatile("" : "+r"(i));  // one call site for both: no unrolling
+    outs[i]->depth = drap_capture(captures[i], outs[i]->frames, 8, bytes + 48 * static_cast<std::size_t>(i), into_caller);
+  }
+  asm volatile("" ::: "memory");
+}
+
+// GCC's DRAP frame (libtbb's task dispatch has them: every capture through a TBB worker went to
+// the unwinder): the CFA is a word saved below RBP, at any realignment and alloca size.
+TEST_F(StackTrace, AFrameRealignedThroughADrapRegisterIsWalkedFromTheCache) {
+  for (int round = 0; round < 4; ++round) {
+    Capture cached, unwound;
+    std::uintptr_t into_caller = 0;
+    const auto before = brisk::debug::capture_counts();
+    DrapBoth(16 + 200 * static_cast<std::size_t>(round), &cached, &unwound, &into_caller);
+    const auto after = brisk::debug::capture_counts();
+    ExpectSameFrames(cached, unwound, "drap");
+    ASSERT_GE(unwound.depth, 2);
+    EXPECT_EQ(unwound.frames[1], into_caller);
+    if (round == 0) {
+      // The frame under test really is a DRAP frame in this build: CFA = *(RBP - 8k), the
+      // caller's RBP at RBP.
+      const FrameRule rule = RuleAt(unwound.frames[0]);
+      EXPECT_EQ(rule.cfa, FrameRule::Cfa::kLoadRbp);
+      EXPECT_LT(rule.cfa_offset, 0);
+      EXPECT_EQ(rule.rbp, FrameRule::Saved::kAtRbp);
+      EXPECT_EQ(rule.rbp_offset, 0);
+    } else {  // the first walk taught the cache
+      EXPECT_EQ(after.cached, before.cached + 1) << round;
+      EXPECT_EQ(after.unwound, before.unwound) << round;
+    }
+  }
+}
+
+}  // namespace
+
+// Two frames written in assembly so that the registers at each call are known:
+// brisk_test_slot_outer keeps a frame pointer and calls brisk_test_slot_inner with R12 holding
+// either its own RBP (rcx == 0) or its stack pointer at the call (rcx != 0). The inner frame
+// saves R12 at CFA - 16 and RBP at CFA - 24, clears RBP and calls capture(frames, max_depth, 0).
+// With R12 == RBP both slots hold the outer frame's RBP: only the call-frame information says
+// which one is RBP's.
+extern "C" int brisk_test_slot_outer(CaptureFn capture, std::uintptr_t* frames, int max_depth, long r12_is_rsp);
+asm(R"(
+  .text
+  .globl brisk_test_slot_outer
+  .hidden brisk_test_slot_outer
+  .type brisk_test_slot_outer, @function
+  .p2align 4
+brisk_test_slot_outer:
+  .cfi_startproc
+  push %rbp
+  .cfi_def_cfa_offset 16
+  .cfi_offset %rbp, -16
+  mov %rsp, %rbp
+  .cfi_def_cfa_register %rbp
+  push %r12
+  .cfi_offset %r12, -24
+  sub $8, %rsp
+  mov %rbp, %r12
+  test %rcx, %rcx
+  cmovnz %rsp, %r12
+  call brisk_test_slot_inner
+  add $8, %rsp
+  pop %r12
+  pop %rbp
+  .cfi_def_cfa %rsp, 8
+  ret
+  .cfi_endproc
+  .size brisk_test_slot_outer, .-brisk_test_slot_outer
+
+  .type brisk_test_slot_inner, @function
+  .p2align 4
+brisk_test_slot_inner:
+  .cfi_startproc
+  push %r12
+  .cfi_def_cfa_offset 16
+  .cfi_offset %r12, -16
+  push %rbp
+  .cfi_def_cfa_offset 24
+  .cfi_offset %rbp, -24
+  sub $8, %rsp
+  .cfi_def_cfa_offset 32
+  xor %ebp, %ebp
+  mov %rdi, %rax
+  mov %rsi, %rdi
+  mov %edx, %esi
+  xor %edx, %edx
+  call *%rax
+  add $8, %rsp
+  .cfi_def_cfa_offset 24
+  pop %rbp
+  .cfi_def_cfa_offset 16
+  pop %r12
+  .cfi_def_cfa_offset 8
+  ret
+  .cfi_endproc
+  .size brisk_test_slot_inner, .-brisk_test_slot_inner
+)");
+
+namespace {
+
+__attribute__((noinline)) void SaveSlotBoth(long r12_is_rsp, int max_depth, Capture* cached, Capture* unwound) {
+  CaptureFn const captures[2] = {capture_stack, brisk::debug::capture_stack_unwound};
+  Capture* const outs[2] = {cached, unwound};
+  for (int i = 0; i < 2; ++i) {
+    asm volatile("" : "+r"(i));  // one call site for both: no unrolling
+    outs[i]->depth = brisk_test_slot_outer(captures[i], outs[i]->frames, max_depth, r12_is_rsp);
+  }
+  asm volatile("" ::: "memory");
+}
+
+// Learnt from the values of one walk, the inner frame's RBP could be either slot; taken from
+// the nearer one, the next walk (R12 now the outer frame's stack pointer) walked the outer frame
+// from a wrong RBP and returned a garbage third frame. 3 frames end at that one.
+TEST_F(StackTrace, ARbpSaveSlotComesFromTheFrameInfoNotFromAWalksValues) {
+  for (int round = 0; round < 4; ++round) {
+    for (int depth : {3, 8}) {
+      Capture cached, unwound;
+      const auto before = brisk::debug::capture_counts();
+      SaveSlotBoth(round % 2, depth, &cached, &unwound);
+      const auto after = brisk::debug::capture_counts();
+      ExpectSameFrames(cached, unwound, round % 2 == 0 ? "r12 == rbp" : "r12 == rsp");
+      if (round > 0) {  // the first walk taught the cache
+        EXPECT_EQ(after.cached, before.cached + 1) << round << " depth " << depth;
+        EXPECT_EQ(after.unwound, before.unwound) << round << " depth " << depth;
+      }
+    }
+  }
+  Capture cached, unwound;
+  SaveSlotBoth(0, 3, &cached, &unwound);
+  const FrameRule rule = RuleAt(unwound.frames[0]);
+  EXPECT_EQ(rule.cfa, FrameRule::Cfa::kRspOffset);
+  EXPECT_EQ(rule.cfa_offset, 32);
+  EXPECT_EQ(rule.rbp, FrameRule::Saved::kAtCfa);
+  EXPECT_EQ(rule.rbp_offset, -24);
+}
+
+}  // namespace
+
+namespace {
+
+// A CIE ("zR", or "zRS" for a signal frame) and one FDE after it, as .eh_frame holds them:
+// the FDE's program is fde_program, its range starts at kStart.
+constexpr std::uintptr_t kStart = 0x1000;
+std::vector<std::uint8_t> EhFrame(const std::vector<std::uint8_t>& fde_program, bool signal_frame = false) {
+  std::vector<std::uint8_t> cie = {0, 0, 0, 0, 1, 'z', 'R'};  // id 0, version 1
+  if (signal_frame) cie.push_back('S');
+  // code alignment 1, data alignment -8, return address column 16, one byte of augmentation
+  // data (the FDE's pointers: DW_EH_PE_udata4), then def_cfa rsp+8 and offset rip at cfa-8.
+  for (std::uint8_t b : {0, 1, 0x78, 16, 1, 0x03, 0x0c, 7, 8, 0x90, 1}) cie.push_back(b);
+  while (cie.size() % 4 != 0) cie.push_back(0);  // DW_CFA_nop
+  std::vector<std::uint8_t> out;
+  auto word = [&out](std::uint32_t v) {
+    for (int i = 0; i < 4; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+  };
+  word(static_cast<std::uint32_t>(cie.size()));
+  out.insert(out.end(), cie.begin(), cie.end());
+  const std::size_t fde_at = out.size();
+  std::vector<std::uint8_t> body;
+  for (std::uint8_t b : {0x00, 0x10, 0, 0, 0x00, 0x01, 0, 0, 0}) body.push_back(b);  // start, length, no augmentation data
+  body.insert(body.end(), fde_program.begin(), fde_program.end());
+  while ((body.size() + 4) % 4 != 0) body.push_back(0);
+  word(static_cast<std::uint32_t>(body.size() + 4));
+  word(static_cast<std::uint32_t>(fde_at + 4));  // back to the CIE from this word
+  out.insert(out.end(), body.begin(), body.end());
+  out.insert(out.begin(), 0);  // room to find the FDE: its offset is returned through out[0]
+  out[0] = static_cast<std::uint8_t>(fde_at + 1);
+  return out;
+}
+
+FrameRule Read(const std::vector<std::uint8_t>& eh_frame, std::uintptr_t return_address, bool* ok) {
+  FrameRule rule;
+  *ok = brisk::debug::read_frame_rule(eh_frame.data() + eh_frame[0], kStart, return_address, &rule);
+  return rule;
+}
+
+TEST(FrameRule, RowsApplyBelowTheReturnAddressAndRememberedStatesComeBack) {
+  // push rbp; sub rsp; ... an epilogue between remember_state and restore_state.
+  const auto eh = EhFrame({0x41, 0x0e, 16, 0x86, 2,   // +1: cfa rsp+16, rbp at cfa-16
+                           0x44, 0x0e, 48,            // +4: cfa rsp+48
+                           0x48, 0x0a, 0x0e, 8, 0xc6,  // +8: remember; cfa rsp+8, rbp restored
+                           0x41, 0x0b});              // +1: restore_state
+  bool ok = false;
+  FrameRule r = Read(eh, kStart + 1, &ok);  // a call at the first byte: nothing pushed yet
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(r.cfa, FrameRule::Cfa::kRspOffset);
+  EXPECT_EQ(r.cfa_offset, 8);
+  EXPECT_EQ(r.rbp, FrameRule::Saved::kSame);
+  EXPECT_EQ(r.return_address, FrameRule::Saved::kAtCfa);
+  EXPECT_EQ(r.return_address_offset, -8);
+  r = Read(eh, kStart + 6, &ok);
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(r.cfa_offset, 48);
+  EXPECT_EQ(r.rbp, FrameRule::Saved::kAtCfa);
+  EXPECT_EQ(r.rbp_offset, -16);
+  r = Read(eh, kStart + 14, &ok);  // inside the epilogue
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(r.cfa_offset, 8);
+  EXPECT_EQ(r.rbp, FrameRule::Saved::kSame);
+  r = Read(eh, kStart + 15, &ok);  // past it: the remembered row again
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(r.cfa_offset, 48);
+  EXPECT_EQ(r.rbp, FrameRule::Saved::kAtCfa);
+  EXPECT_FALSE(r.signal_frame);
+}
+
+TEST(FrameRule, WhatTheCacheCannotUseIsReportedAsSuch) {
+  bool ok = false;
+  // A CFA in R10 (a DRAP prologue before RBP is set up).
+  FrameRule r = Read(EhFrame({0x41, 0x0c, 10, 0}), kStart + 2, &ok);
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(r.cfa, FrameRule::Cfa::kUnknown);
+  // A CFA expression other than DW_OP_breg6 N; DW_OP_deref (here DW_OP_breg7 8).
+  r = Read(EhFrame({0x41, 0x0f, 2, 0x77, 8}), kStart + 2, &ok);
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(r.cfa, FrameRule::Cfa::kUnknown);
+  // The DRAP expression itself.
+  r = Read(EhFrame({0x41, 0x0f, 3, 0x76, 0x58, 0x06, 0x10, 6, 2, 0x76, 0}), kStart + 2, &ok);
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(r.cfa, FrameRule::Cfa::kLoadRbp);
+  EXPECT_EQ(r.cfa_offset, -40);
+  EXPECT_EQ(r.rbp, FrameRule::Saved::kAtRbp);
+  EXPECT_EQ(r.rbp_offset, 0);
+  // A signal frame's CIE.
+  r = Read(EhFrame({}, true), kStart + 2, &ok);
+  ASSERT_TRUE(ok);
+  EXPECT_TRUE(r.signal_frame);
+  // An opcode this reader does not know (DW_CFA_set_loc), and a block running past the FDE.
+  Read(EhFrame({0x01, 0, 0x10, 0, 0, 0, 0, 0, 0}), kStart + 2, &ok);
+  EXPECT_FALSE(ok);
+  Read(EhFrame({0x0f, 100, 0x76}), kStart + 2, &ok);
+  EXPECT_FALSE(ok);
 }
 
 }  // namespace
