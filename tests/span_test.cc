@@ -5,11 +5,13 @@
 #include <brisk/brisk.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <thread>
 #include <vector>
 
 #include "core/chunk.h"
 #include "core/config.h"
+#include "core/size_class.h"
 #include "threadcache/heap.h"
 
 namespace brisk {
@@ -90,6 +92,32 @@ TEST(Span, AFullSpanThatEmptiesGoesBackToItsChunk) {
     EXPECT_NE(chunk->free_pages.load() & (std::uint64_t{1} << page), 0u);
     for (void* p : blocks)
       if (span_of(p) != &chunk->spans[0]) brisk_free(p);
+  }).join();
+}
+
+TEST(Span, ANewSpanTakesTheResidentPagesOfAnEmptySpanKeptForAnotherClass) {
+  // A thread's emptied current span of a multi-page class is kept for that class
+  // (BRISK_RETAINED_SPANS): alloc/free ping-pong then never recreates it. When another class
+  // needs a new span and the thread's chunks have no other resident run, the kept span gives
+  // its pages to the new one, rather than the new span faulting in fresh pages (a string growing
+  // through the classes). 40 and 48 KiB are different classes, both with 8-page spans.
+  std::thread([] {
+    constexpr std::size_t kA = 40 * 1024, kB = 48 * 1024;
+    ASSERT_NE(size_to_class(kA), size_to_class(kB));
+    ASSERT_EQ(kClasses[size_to_class(kA)].span_pages, kClasses[size_to_class(kB)].span_pages);
+    void* a = brisk_malloc(kA);
+    std::memset(a, 1, kA);
+    Span* sa = span_of(a);
+    brisk_free(a);
+    ASSERT_EQ(t_heap->current[size_to_class(kA)], sa) << "the emptied span is kept for its class";
+    ASSERT_EQ(chunk_of(reinterpret_cast<std::uintptr_t>(a))->page_owner.load(), t_heap);
+    // Every other page of the thread's own chunk is fresh (a new thread: its first chunk), and
+    // so not resident: only the kept span's are.
+    void* b = brisk_malloc(kB);
+    EXPECT_EQ(b, a) << "the new span did not take the kept span's resident pages";
+    EXPECT_EQ(static_cast<unsigned char*>(b)[100], 1) << "the pages were not the resident ones";
+    EXPECT_NE(t_heap->current[size_to_class(kA)], sa) << "the kept span is still kept";
+    brisk_free(b);
   }).join();
 }
 

@@ -48,13 +48,17 @@ void heap_unlink_span(Heap* h, Span* s) {
 
 namespace {
 
-// Pages for a new span, from the first of: resident free pages in this heap's chunks, then in
-// other heaps' chunks; an abandoned chunk (adopted); any free pages in this heap's chunks, then
+bool release_oldest_retained(Heap* h);
+bool release_retained_fitting(Heap* h, unsigned pages);
+
+// Pages for a new span, from the first of: resident free pages in this heap's chunks; (for a
+// small span) those of an emptied span kept for another class; resident free pages in other
+// heaps' chunks; an abandoned chunk (adopted); any free pages in this heap's chunks, then
 // in others'; a new chunk. Resident pages first everywhere, since a fresh page costs a fault;
 // and other heaps' free pages before a new chunk, so free memory is not stranded in chunks
 // that only their own heap would reuse (the realloc-chain workload shows the difference in
 // resident memory).
-Chunk* claim_pages_for_span(Heap* h, unsigned pages, unsigned* first_out, bool* zeroed) {
+Chunk* claim_pages_for_span(Heap* h, unsigned pages, bool small, unsigned* first_out, bool* zeroed) {
   Chunk* ch = nullptr;
   unsigned first = 0;
   auto claim_own = [&](bool resident_only) {
@@ -67,6 +71,12 @@ Chunk* claim_pages_for_span(Heap* h, unsigned pages, unsigned* first_out, bool* 
     return static_cast<Chunk*>(nullptr);
   };
   ch = claim_own(true);
+  // Emptied spans kept for their classes hold resident pages: a new small span takes those of
+  // the one kept longest that is big enough before any page that would fault (a string growing
+  // through the classes hands each kept span's pages on to the next class instead of touching
+  // fresh ones). Not for medium blocks: they would take kept spans one after another, and each
+  // class whose span went would then need new pages itself.
+  if (ch == nullptr && small && release_retained_fitting(h, pages)) ch = claim_own(true);
   if (ch == nullptr) ch = chunk_claim_shared(h, pages, true, &first, zeroed);
   if (ch == nullptr) {
     Chunk* c = chunk_adopt(h);
@@ -93,10 +103,10 @@ Chunk* claim_pages_for_span(Heap* h, unsigned pages, unsigned* first_out, bool* 
 
 }  // namespace
 
-Span* span_create(Heap* h, unsigned pages, bool* zeroed) {
+Span* span_create(Heap* h, unsigned pages, bool* zeroed, bool small) {
   unsigned first = 0;
   Chunk* ch = nullptr;
-  for (int attempt = 0; attempt < 4 && ch == nullptr; ++attempt) ch = claim_pages_for_span(h, pages, &first, zeroed);
+  for (int attempt = 0; attempt < 4 && ch == nullptr; ++attempt) ch = claim_pages_for_span(h, pages, small, &first, zeroed);
   if (ch == nullptr) return nullptr;
   Span* s = &ch->spans[first];
   s->first_page = static_cast<std::uint8_t>(first);
@@ -111,7 +121,7 @@ Span* span_create(Heap* h, unsigned pages, bool* zeroed) {
 
 Span* span_new_small(Heap* h, unsigned c) {
   const SizeClassInfo& info = kClasses[c];
-  Span* s = span_create(h, info.span_pages);
+  Span* s = span_create(h, info.span_pages, nullptr, true);
   if (s == nullptr) return nullptr;
   store_shared(s->used, 0u);
   store_shared(s->carved_bytes, 0u);
@@ -168,13 +178,7 @@ void release_if_empty(Heap* h, unsigned c) {
 void retain_empty_span(Heap* h, unsigned c) {
   if (h->retained[c]) return;
   auto limit = static_cast<unsigned>(options::get(options::Id::kRetainedSpans));
-  while (h->retained_count != 0 && h->retained_count >= limit) {
-    unsigned oldest = (h->retained_next + kRetainedLargeSpans - h->retained_count) % kRetainedLargeSpans;
-    unsigned old = h->retained_classes[oldest];
-    --h->retained_count;
-    h->retained[old] = false;
-    release_if_empty(h, old);
-  }
+  while (h->retained_count != 0 && h->retained_count >= limit) release_oldest_retained(h);
   if (limit == 0) {
     release_if_empty(h, c);
     return;
@@ -184,6 +188,39 @@ void retain_empty_span(Heap* h, unsigned c) {
   ++h->retained_count;
   h->retained_classes[slot] = static_cast<std::uint8_t>(c);
   h->retained[c] = true;
+}
+
+// Gives back the span kept longest ago that is still empty and has at least `pages` pages.
+// False: there is none.
+bool release_retained_fitting(Heap* h, unsigned pages) {
+  for (unsigned k = h->retained_count; k > 0; --k) {
+    unsigned slot = (h->retained_next + kRetainedLargeSpans - k) % kRetainedLargeSpans;
+    unsigned c = h->retained_classes[slot];
+    Span* s = h->installed[c];
+    if (s == &g_empty_span || s->used != 0 || s->page_count < pages) continue;
+    // Out of the FIFO: the slots after it move up one.
+    for (unsigned j = k; j > 1; --j) {
+      unsigned to = (h->retained_next + kRetainedLargeSpans - j) % kRetainedLargeSpans;
+      h->retained_classes[to] = h->retained_classes[(to + 1) % kRetainedLargeSpans];
+    }
+    h->retained_next = static_cast<std::uint8_t>((h->retained_next + kRetainedLargeSpans - 1) % kRetainedLargeSpans);
+    --h->retained_count;
+    h->retained[c] = false;
+    release_if_empty(h, c);
+    return true;
+  }
+  return false;
+}
+
+// Gives back the span of the class kept longest ago, if still empty. False: none is kept.
+bool release_oldest_retained(Heap* h) {
+  if (h->retained_count == 0) return false;
+  unsigned oldest = (h->retained_next + kRetainedLargeSpans - h->retained_count) % kRetainedLargeSpans;
+  unsigned old = h->retained_classes[oldest];
+  --h->retained_count;
+  h->retained[old] = false;
+  release_if_empty(h, old);
+  return true;
 }
 
 }  // namespace
