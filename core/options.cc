@@ -45,7 +45,6 @@ constexpr Option kTable[] = {
     {Id::kDebugStackDepth, "BRISK_DEBUG_STACK_DEPTH", {8, 8, 8}, 0, 64},
     {Id::kDebugLeaks, "BRISK_DEBUG_LEAKS", {1, 1, 1}, 0, 1},
     {Id::kRetainedSpans, "BRISK_RETAINED_SPANS", {16, 16, 2}, 0, 16},
-    {Id::kSpareSpanBytes, "BRISK_SPARE_SPAN_BYTES", {4 * MiB, 1 * MiB, 256 * KiB}, 0, std::int64_t{1} << 40},
     {Id::kRemoteBatchBytes, "BRISK_REMOTE_BATCH_BYTES", {1 * MiB, 256 * KiB, 64 * KiB}, 0, std::int64_t{1} << 30},
     {Id::kBackground, "BRISK_BACKGROUND", {0, 1, 1}, 0, 1},
     {Id::kIdleMs, "BRISK_IDLE_MS", {10000, 1000, 200}, 10, 3600 * 1000},

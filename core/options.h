@@ -26,7 +26,6 @@ enum class Id : unsigned {
   kDebugStackDepth,   // BRISK_DEBUG_STACK_DEPTH: frames kept per allocation and free (0: none)
   kDebugLeaks,        // BRISK_DEBUG_LEAKS: 0 turns the leak report at exit off
   kRetainedSpans,     // BRISK_RETAINED_SPANS: emptied multi-page spans a thread keeps as current
-  kSpareSpanBytes,    // BRISK_SPARE_SPAN_BYTES: emptied non-current spans a thread keeps for its refills
   kRemoteBatchBytes,  // BRISK_REMOTE_BATCH_BYTES: a remote-free batch is sent at this many bytes
   kBackground,        // BRISK_BACKGROUND: 1 runs the background thread that returns idle memory
   kIdleMs,            // BRISK_IDLE_MS: a heap with no slow path this long is idle (background.cc)

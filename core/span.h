@@ -50,9 +50,7 @@ struct Span {
   SpanKind kind = SpanKind::kUnused;
   std::uint8_t first_page = 0;
   std::uint8_t page_count = 0;
-  bool listed = false;                  // on an owner's available or spare list (or central)
-  bool spare = false;                   // ... on the owner's spare list: empty, kept for a refill
-  bool spare_aged = false;              // a spare seen by a purge check already (span_pages.cc)
+  bool listed = false;                  // on an owner's (or central) available list
   Span* prev = nullptr;                   // available list links
   Span* next = nullptr;
   Span* all_prev = nullptr;               // the owning heap's list of every span it holds

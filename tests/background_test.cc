@@ -205,46 +205,6 @@ TEST_F(Background, TrimTakesTheFreesQueuedToOtherThreads) {
 #endif
 }
 
-// An idle thread's spare spans (emptied spans it keeps for its next refills, span_pages.cc)
-// go back at the reclaim too: a thread blocked for good would otherwise keep them for ever.
-TEST_F(Background, TheSpareSpansOfAnIdleThreadAreGivenBack) {
-  Passes(3, 1000);
-  std::mutex m;
-  std::condition_variable cv;
-  int step = 0;
-  brisk::Heap* heap = nullptr;
-  std::thread worker([&] {
-    std::vector<void*> blocks;
-    for (int i = 0; i < 4 * 64; ++i) blocks.push_back(brisk_malloc(1024));  // four spans' worth
-    void* last = brisk_malloc(1024);
-    std::thread([&] {
-      for (void* p : blocks) brisk_free(p);
-      brisk_thread_collect();
-    }).join();
-    brisk_free(brisk_malloc(3072));  // a refill takes the queue: the spans empty, kept as spares
-    std::unique_lock<std::mutex> lock(m);
-    heap = brisk::t_heap;
-    step = 1;
-    cv.notify_all();
-    cv.wait(lock, [&] { return step == 2; });  // idle, alive
-    lock.unlock();
-    brisk_free(last);
-  });
-  {
-    std::unique_lock<std::mutex> lock(m);
-    cv.wait(lock, [&] { return step == 1; });
-  }
-  ASSERT_GT(brisk::load_shared(heap->spare_bytes), 0u);
-  Passes(2, 1000);  // one pass sees the worker idle, the next reclaims
-  EXPECT_EQ(brisk::load_shared(heap->spare_bytes), 0u);
-  {
-    std::lock_guard<std::mutex> lock(m);
-    step = 2;
-  }
-  cv.notify_all();
-  worker.join();
-}
-
 // The owner frees the one live block of a full span that is not installed while every other
 // block of it sits in the owner's queue, and a reclaim runs between the free's decrement of
 // used and its call to free_local_refilled (replayed step by step, as the review that found it

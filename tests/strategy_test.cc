@@ -143,7 +143,6 @@ TEST(Strategy, TheReadmeLeversTableMatchesTheCode) {
       {"BRISK_LARGE_DIRTY_BYTES", Id::kLargeDirtyBytes}, {"BRISK_LARGE_DECAY_MS", Id::kLargeDecayMs},
       {"BRISK_PURGE_BYTES", Id::kPurgeBytes},
       {"BRISK_PURGE_DELAY_MS", Id::kPurgeDelayMs},    {"BRISK_RETAINED_SPANS", Id::kRetainedSpans},
-      {"BRISK_SPARE_SPAN_BYTES", Id::kSpareSpanBytes},
       {"BRISK_REMOTE_BATCH_BYTES", Id::kRemoteBatchBytes}, {"BRISK_BACKGROUND", Id::kBackground},
       {"BRISK_IDLE_MS", Id::kIdleMs},         {"BRISK_PURGE_ADVICE", Id::kPurgeAdvice},
   };

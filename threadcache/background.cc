@@ -12,8 +12,7 @@
 // takes the queue under the heap's slow lock and gives back each span all of whose blocks it
 // holds: then no block of it is live (`used` counts live and queued blocks alike), it is not
 // installed, so neither of the owner's fast paths can touch it, and its owner's slow paths wait
-// on the lock. Blocks of spans that still hold a live block go back to the queue. The idle
-// heap's spare spans (empty, not installed: the same argument) go back too.
+// on the lock. Blocks of spans that still hold a live block go back to the queue.
 //
 // When a pass finds nothing left to age, the thread backs off, doubling its sleep up to
 // BRISK_IDLE_MS, so an idle process wakes it a few times a second at most; while memory is
@@ -124,14 +123,9 @@ namespace {
 
 // reclaim_queued_frees, g_pass_lock held (the span table is its).
 std::size_t reclaim_locked(Heap* h) {
-  if (h->incoming.empty() && load_shared(h->spare_bytes) == 0) return 0;
-  if (!h->slow_lock.try_lock()) return 0;
+  if (h->incoming.empty() || !h->slow_lock.try_lock()) return 0;
   std::size_t bytes = 0;
   if (h->serving) {
-    // Its spare spans: empty and not installed, they are the slow lock holder's to give back
-    // (span_pages.cc). Their pages go to the chunk's free pages, which the decay returns later:
-    // not counted as returned here.
-    heap_release_spares(h, false);
     Block* chain = h->incoming.take_all();
     // 1. Count the chain's blocks per span of h. A block beyond its span's carved part was
     // never handed out (a bad free the owner reports when it drains): its span is pinned, so a

@@ -58,7 +58,6 @@ BRISK_NOINLINE void* alloc_refill(Heap* h, unsigned c, std::size_t size) {
         s = central_take(c, h);
         if (s != nullptr) heap_link_span(h, s);
       }
-      if (s == nullptr) s = spare_take(h, c);
       if (s == nullptr) s = span_new_small(h, c);
       if (s == nullptr) {
         errno = ENOMEM;
@@ -148,7 +147,6 @@ BRISK_NOINLINE void free_slow(void* p) {
 void heap_refresh_levers_slow(Heap* h) {
   h->lever_epoch = options::strategy_epoch();
   h->batch_bytes = static_cast<std::size_t>(options::get(options::Id::kRemoteBatchBytes));
-  h->spare_limit = static_cast<std::size_t>(options::get(options::Id::kSpareSpanBytes));
 }
 
 std::size_t heap_collect(Heap* h) {

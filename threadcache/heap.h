@@ -51,11 +51,6 @@ class alignas(BRISK_CACHELINE) Heap {
 
   // Cold: slow paths only.
   alignas(BRISK_CACHELINE) SpanList available[kNumClasses];  // spans with free blocks, not current
-  // Empty spans, not current, kept whole (free list and carving intact) for the next refill of
-  // their class, up to spare_limit bytes in all (span_pages.cc). spare_bytes is read by the
-  // background thread before it takes the slow lock (load_shared).
-  SpanList spare[kNumClasses];
-  std::size_t spare_bytes = 0;
   // The span each class allocates from, as the owner last installed it: the slow paths'
   // notion of "current". It equals current[c] except after a debug switch pointed current[c]
   // at g_empty_span; the span stays the class's span, unlisted, and alloc_refill puts it back.
@@ -74,7 +69,6 @@ class alignas(BRISK_CACHELINE) Heap {
   // Strategy levers this heap caches for its per-free paths, read again when the strategy
   // epoch moves (heap_refresh_levers): a switch reaches the heap at its next refill or batch.
   std::size_t batch_bytes = kRemoteBatchBytes;
-  std::size_t spare_limit = 0;  // BRISK_SPARE_SPAN_BYTES
   std::uint32_t lever_epoch = ~std::uint32_t{0};
   // The slow paths' lock (HeapSlowLock): the owner holds it while it changes its span lists,
   // its installed spans or a span's state outside the fast paths; the background thread takes

@@ -90,8 +90,6 @@ void heap_reset(Heap* h) {
   HeapSlowLock lock(h);
   for (unsigned c = 0; c < kNumClasses; ++c) set_current(h, c, &g_empty_span);
   for (auto& l : h->available) l = SpanList{};
-  for (auto& l : h->spare) l = SpanList{};
-  store_shared(h->spare_bytes, std::size_t{0});
   h->all_spans = nullptr;
   h->chunks = nullptr;
   for (auto& o : h->outgoing) {
@@ -124,7 +122,7 @@ void heap_detach(Heap* h) {
   // Take spans from the head each time: releasing one unlinks it, and an orphaned span must
   // leave the list before another heap can adopt it.
   while (Span* s = h->all_spans) {
-    heap_unlist_span(h, s);
+    if (s->listed) h->available[s->size_class].remove(s);
     if (s->used == 0) {
       heap_release_span(h, s);
     } else {
@@ -156,7 +154,6 @@ void park_debug_heap(Heap* h) {
       heap_release_span(d, s);
     }
   }
-  heap_release_spares(d, false);
 }
 
 void on_thread_exit(void* value) {

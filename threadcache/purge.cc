@@ -4,7 +4,6 @@
 #include "core/chunk.h"
 #include "core/options.h"
 #include "core/platform.h"
-#include "threadcache/span_pages.h"
 
 namespace brisk {
 
@@ -25,7 +24,6 @@ std::size_t heap_purge(Heap* h, std::size_t keep) {
   bool age = keep == 0 || now - h->aged_at_ms >= delay;
   if (!age) return 0;
   h->aged_at_ms = now;
-  heap_release_spares(h, keep != 0);  // their pages age from here like any free page
   bool lazy = options::get(options::Id::kPurgeAdvice) == 1 && keep != 0;  // collect is eager
   bool kept_spare = false;
   std::size_t bytes = 0;

@@ -139,20 +139,9 @@ void release_span_pages(Span* s) {
   chunk_release_span_pages(ch, first, count);
 }
 
-void heap_unlist_span(Heap* h, Span* s) {
-  if (!s->listed) return;
-  if (s->spare) {
-    h->spare[s->size_class].remove(s);
-    s->spare = false;
-    store_shared(h->spare_bytes, h->spare_bytes - (std::size_t{s->page_count} << kPageShift));
-  } else {
-    h->available[s->size_class].remove(s);
-  }
-}
-
 void heap_release_span(Heap* h, Span* s) {
   BRISK_ASSERT(s->used == 0 && s->owner.load(std::memory_order_relaxed) == h && s != &g_empty_span);
-  heap_unlist_span(h, s);
+  if (s->listed) h->available[s->size_class].remove(s);
   heap_unlink_span(h, s);
   std::size_t bytes = std::size_t{s->page_count} << kPageShift;
   release_span_pages(s);
@@ -199,58 +188,6 @@ void retain_empty_span(Heap* h, unsigned c) {
 
 }  // namespace
 
-// Spare spans. A span that empties while it is not its class's current span (every block came
-// back, typically through the remote queue after another thread freed them) would go back to
-// its chunk, and the class's next refill would claim pages and carve a new span, touching
-// every block again: on xmalloc (threads free each other's 64 B blocks) that re-cutting was 18%
-// of the time. Kept whole instead, up to BRISK_SPARE_SPAN_BYTES per heap, the next refill of
-// its class takes it as it is. A spare has no live block and no queued one (`used` counts
-// both), and it is not installed: neither fast path reaches it, so whoever holds the slow lock
-// may release it (the background thread's idle reclaim, brisk_trim). A purge check releases
-// the spares that a previous check already saw, so those of a class no longer used go back
-// within two checks, like free pages.
-namespace {
-
-// Keeps emptied span s (small, not installed) as a spare if the budget allows.
-bool spare_keep(Heap* h, Span* s) {
-  std::size_t bytes = std::size_t{s->page_count} << kPageShift;
-  if (h->spare_bytes + bytes > h->spare_limit) return false;
-  heap_unlist_span(h, s);
-  s->spare = true;
-  s->spare_aged = false;
-  h->spare[s->size_class].push(s);
-  store_shared(h->spare_bytes, h->spare_bytes + bytes);
-  return true;
-}
-
-}  // namespace
-
-Span* spare_take(Heap* h, unsigned c) {
-  Span* s = h->spare[c].head;
-  if (s != nullptr) heap_unlist_span(h, s);
-  return s;
-}
-
-std::size_t heap_release_spares(Heap* h, bool aged_only) {
-  std::size_t bytes = 0;
-  if (h->spare_bytes == 0) return 0;
-  for (SpanList& list : h->spare) {
-    for (Span* s = list.head; s != nullptr;) {
-      Span* next = s->next;
-      if (aged_only && !s->spare_aged) {
-        s->spare_aged = true;
-      } else {
-        bytes += std::size_t{s->page_count} << kPageShift;
-        heap_unlist_span(h, s);
-        heap_unlink_span(h, s);
-        release_span_pages(s);
-      }
-      s = next;
-    }
-  }
-  return bytes;
-}
-
 namespace {
 
 // free_local_adjust's work under the lock, kept out of line so that its common case (the
@@ -261,7 +198,6 @@ BRISK_NOINLINE void free_local_adjust_locked(Span* s, Heap* h) {
     retain_empty_span(h, s->size_class);
     return;
   }
-  if (s->kind == SpanKind::kSmall && spare_keep(h, s)) return;
   heap_release_span(h, s);
 }
 

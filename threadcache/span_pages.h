@@ -1,8 +1,8 @@
 // A heap's spans: where a new span's pages come from, lazy carving, the heap's list of every
 // span it holds, and what happens to a span that empties (kept as its class's current span,
-// retained, kept as a spare, or released to its chunk). Only the owning heap calls these for
-// its spans, except release_span_pages, which the holder of a central pool's lock also calls
-// for an orphan span that emptied (orphans.cc), and those said to need h's slow lock.
+// retained, or released to its chunk). Only the owning heap calls these for its spans, except
+// release_span_pages, which the holder of a central pool's lock also calls for an orphan span
+// that emptied (orphans.cc).
 #pragma once
 
 #include <cstddef>
@@ -20,13 +20,6 @@ void carve(Span* s);                       // cuts the next OS page of s into fr
 void heap_link_span(Heap* h, Span* s);     // onto h's list of all its spans
 void heap_unlink_span(Heap* h, Span* s);   // off that list
 void release_span_pages(Span* s);          // resets s and gives its pages back to the chunk
-void heap_unlist_span(Heap* h, Span* s);   // off h's available or spare list, if on one
-// A spare span of class c (emptied, its free list whole), taken off h's spare list; or nullptr.
-Span* spare_take(Heap* h, unsigned c);
-// Releases h's spare spans: every one, or (aged_only, a purge check) those a previous check
-// already saw, marking the others. Returns their bytes. Called with h's slow lock held, as
-// heap_release_span.
-std::size_t heap_release_spares(Heap* h, bool aged_only);
 // Unlinks s from h, releases it, purges when due. Called with h's slow lock held, by h's owner
 // (HeapSlowLock) or by another thread that took the lock itself (free_remote_medium, the
 // background reclaim): nothing it calls may take HeapSlowLock, whose nesting count is the
