@@ -205,6 +205,31 @@ TEST_F(Background, TrimTakesTheFreesQueuedToOtherThreads) {
 #endif
 }
 
+// A heap that would map a new chunk first takes the frees queued to other heaps
+// (reclaim_other_queues): the spans they free wholly are free pages it can use. Run in a process
+// of its own (background_fresh_test), where no chunk but the one of this thread's first
+// allocations has free pages: anywhere else, free pages left by earlier tests serve first.
+TEST(FreshProcess, AHeapAboutToMapAChunkFirstTakesTheSpansFreedIntoOtherQueues) {
+  if (getenv("BRISK_TEST_FRESH") == nullptr) GTEST_SKIP() << "run by background_fresh_test";
+  constexpr std::size_t kBytes = IdleWorkerWithQueuedFrees::kBytes;
+  IdleWorkerWithQueuedFrees idle;  // kBytes of spans, every block queued to a thread that waits
+  auto live_chunk_bytes = [] {
+    brisk_stats st = Stats();
+    return st.chunk_bytes_mapped - st.chunk_bytes_cached;
+  };
+  std::uint64_t before = live_chunk_bytes();
+  std::vector<void*> blocks;
+  for (std::size_t n = 0; n < kBytes; n += 1024) {
+    void* p = brisk_malloc(1024);
+    std::memset(p, 2, 1024);
+    blocks.push_back(p);
+  }
+  std::uint64_t grown = live_chunk_bytes() - before;
+  // Without the reclaim the process maps kBytes more; with it, at most a chunk's slack.
+  EXPECT_LE(grown, std::uint64_t{4} << 20);
+  for (void* p : blocks) brisk_free(p);
+}
+
 // The owner frees the one live block of a full span that is not installed while every other
 // block of it sits in the owner's queue, and a reclaim runs between the free's decrement of
 // used and its call to free_local_refilled (replayed step by step, as the review that found it

@@ -200,6 +200,17 @@ std::size_t reclaim_queued_frees(Heap* h) {
   return reclaim_locked(h);
 }
 
+// Tried, not waited for: the caller holds its own heap's slow lock, and a pass or another
+// claimer busy with the table is doing the same work.
+std::size_t reclaim_other_queues(Heap* self) {
+  if (!g_pass_lock.try_lock()) return 0;
+  std::size_t bytes = 0;
+  for (Heap* o = all_heaps(); o != nullptr; o = o->all_next)
+    if (o != self && !o->incoming.empty()) bytes += reclaim_locked(o);
+  g_pass_lock.unlock();
+  return bytes;
+}
+
 std::uint64_t background_pass(std::uint64_t now) {
   LockGuard g(g_pass_lock);
   auto delay = static_cast<std::uint64_t>(options::get(options::Id::kPurgeDelayMs));

@@ -32,6 +32,11 @@ std::uint64_t background_pass(std::uint64_t now);
 // gives back the spans they leave without a live block; the others go back to h's queue.
 // Returns the bytes of spans released. (Part of each pass, for idle heaps; a test may call it.)
 std::size_t reclaim_queued_frees(Heap* h);
+// reclaim_queued_frees for every heap but self with frees queued to it, whatever its owner is
+// doing (brisk_trim's sweep), unless a pass holds the table. For a heap about to map a new
+// chunk: the wholly freed spans queued to owners that are blocked or descheduled become free
+// pages it can take. Returns the bytes of spans released.
+std::size_t reclaim_other_queues(Heap* self);
 // Bytes the background passes have returned to the OS so far.
 std::size_t background_bytes_returned();
 
