@@ -508,6 +508,29 @@ bool usable_size(const void* p, std::size_t* size) {
   return true;
 }
 
+namespace {
+
+// A live block freed by this thread (d->live_lock held): out of the live list, into `state`.
+void mark_freed(DebugHeap* d, Header* h, std::uint32_t stack, State state) {
+  BRISK_ASSERT(d->live_lock.is_locked() && h->state == State::kLive);
+  h->free_thread = thread_number();
+  h->free_stack = stack;
+  unlink_live(d, h);
+  h->state = state;
+  seal(h);
+}
+
+// A block marked kQuarantined, in no list yet: its freed pattern, then the quarantine (and out
+// of it, the blocks it pushes out).
+void enter_quarantine(Header* h) {
+  fill_user(h, kFreedByte);
+  QuarantinedBlock evicted[kEvictBatch];
+  std::size_t bytes = h->user_size + kHeaderBytes + kGuardBytes;
+  drain_evicted(evicted, g_quarantine.push(h, bytes, evicted, kEvictBatch));
+}
+
+}  // namespace
+
 bool release(void* p, Kind kind, std::size_t sized) {
   bool in_debug_memory;
   DebugHeap* d;
@@ -532,30 +555,19 @@ bool release(void* p, Kind kind, std::size_t sized) {
       take_snapshot(&s, "double free", h, nullptr);
     } else if (const char* problem = damage_of(h, &damage)) {
       keep = true;
-      h->free_thread = thread_number();
-      h->free_stack = stack;
+      mark_freed(d, h, stack, State::kKept);  // never reused
       take_snapshot(&s, problem, h, &damage);
-      unlink_live(d, h);
-      h->state = State::kKept;  // never reused
-      seal(h);
     } else {
       const char* misuse = kind_mismatch(h->kind, kind);
       if (misuse == nullptr && sized != 0 && sized != h->user_size)
         misuse = "sized free with a size that is not the block's";
-      h->free_thread = thread_number();
-      h->free_stack = stack;
+      mark_freed(d, h, stack, State::kQuarantined);
       if (misuse != nullptr) take_snapshot(&s, misuse, h, nullptr);
-      unlink_live(d, h);
-      h->state = State::kQuarantined;
-      seal(h);
     }
   }
   if (s.problem != nullptr) problem_found(s);
   if (keep) return true;
-  fill_user(h, kFreedByte);
-  QuarantinedBlock evicted[kEvictBatch];
-  std::size_t bytes = h->user_size + kHeaderBytes + kGuardBytes;
-  drain_evicted(evicted, g_quarantine.push(h, bytes, evicted, kEvictBatch));
+  enter_quarantine(h);
   return true;
 }
 
@@ -572,7 +584,9 @@ ReallocCheck check_before_realloc(void* p, std::size_t* user_size) {
     header_damaged(h);
     return ReallocCheck::kBad;
   }
+  std::uint32_t stack = capture(0);
   Snapshot s;
+  bool live = false;
   {
     LockGuard g(d->live_lock);
     FillDamage damage;
@@ -583,12 +597,31 @@ ReallocCheck check_before_realloc(void* p, std::size_t* user_size) {
       unlink_live(d, h);
       h->state = State::kKept;  // never reused
       seal(h);
+    } else {
+      // Freed here, under the one lock this realloc takes: the caller copies it and hands it to
+      // realloc_done, so the free after the copy repeats neither the lookup nor the checks.
+      live = true;
+      mark_freed(d, h, stack, State::kQuarantined);
+      if (const char* misuse = kind_mismatch(h->kind, Kind::kMalloc)) take_snapshot(&s, misuse, h, nullptr);
     }
     *user_size = h->user_size;
   }
-  if (s.problem == nullptr) return ReallocCheck::kLive;
-  problem_found(s);
-  return ReallocCheck::kBad;
+  if (s.problem != nullptr) problem_found(s);
+  return live ? ReallocCheck::kLive : ReallocCheck::kBad;
+}
+
+void realloc_done(void* p, bool moved) {
+  auto* h = reinterpret_cast<Header*>(static_cast<char*>(p) - kHeaderBytes);
+  BRISK_ASSERT(h->state == State::kQuarantined);
+  if (moved) return enter_quarantine(h);
+  // No new block: p stays the program's, live again.
+  DebugHeap* d = heap_of(h);
+  LockGuard g(d->live_lock);
+  h->free_thread = 0;
+  h->free_stack = kNoStack;
+  link_live(d, h);
+  h->state = State::kLive;
+  seal(h);
 }
 
 int check_block(const void* p) {
