@@ -48,11 +48,15 @@ void* allocate(std::size_t size, std::size_t alignment, Kind kind, bool zero);
 // p is not a debug block nor in a debug span: the caller treats it as a release block.
 bool release(void* p, Kind kind, std::size_t sized);
 // Before realloc moves a block: kLive when p is a sound live debug block (*user_size: its
-// size; the caller allocates the new block in the current mode, copies and frees p), kBad when
-// p is a debug block or debug memory with a problem (reported; realloc fails with EINVAL),
-// kNotDebug otherwise.
+// size), now freed but in no list: the caller allocates the new block in the current mode,
+// copies p's contents (still intact) and calls realloc_done(p, true), which puts p in the
+// quarantine, or realloc_done(p, false) when it could not allocate (p is live again) or for
+// realloc(p, 0) with true. A free of p meanwhile is a double free. kBad when p is a debug
+// block or debug memory with a problem (reported; realloc fails with EINVAL), kNotDebug
+// otherwise.
 enum class ReallocCheck { kNotDebug, kLive, kBad };
 ReallocCheck check_before_realloc(void* p, std::size_t* user_size);
+void realloc_done(void* p, bool moved);
 // brisk_check_heap for the one debug block at p (live or quarantined): 1 if damaged (reported).
 int check_block(const void* p);
 // Checks every live and quarantined debug block; returns how many are damaged (each reported).

@@ -237,16 +237,16 @@ BRISK_NOINLINE std::size_t first_mismatch_bytewise(const std::uint8_t* p, std::s
 }
 }  // namespace detail
 
-void fill_block(void* block, std::size_t size, std::uint8_t pattern) { std::memset(block, pattern, size); }
-
 void fill_check_init() {
   const FillCheckImpl impl = best_supported();
   g_selected.store(impl, std::memory_order_relaxed);
   detail::g_find.store(function_of(impl), std::memory_order_relaxed);
 }
 
-bool check_fill(const void* block, std::size_t size, std::uint8_t pattern, FillDamage* damage) {
-  return check_with(find_dispatched, block, size, pattern, damage);
+bool detail::damage_found(const void* block, std::size_t size, std::uint8_t pattern, std::size_t first,
+                          FillDamage* damage) {
+  collect_ranges(find_dispatched, static_cast<const std::uint8_t*>(block), size, pattern, first, damage);
+  return false;
 }
 
 FillCheckImpl fill_check_selected() {

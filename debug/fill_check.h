@@ -1,7 +1,7 @@
 // Fill patterns of debug blocks: fill a block with one byte, and check that it still holds it.
 //
 // Interface for the debug layer's integration:
-//   fill_block(p, n, byte)              memset, named for what it is
+//   fill_block(p, n, byte)              memset, named for what it is (inline stores up to 64 B)
 //   find_fill_damage(p, n, byte)        offset of the first byte != byte, or n when intact.
 //                                       The fast check, run at memory bandwidth (inline).
 //   check_fill(p, n, byte, &damage)     true when intact; otherwise fills `damage` with the first
@@ -111,14 +111,59 @@ BRISK_ALWAYS_INLINE std::size_t find_up_to_64(const std::uint8_t* p, std::size_t
 }
 }  // namespace detail
 
-void fill_block(void* block, std::size_t size, std::uint8_t pattern);
-
 inline std::size_t find_fill_damage(const void* block, std::size_t size, std::uint8_t pattern) {
   const auto* p = static_cast<const std::uint8_t*>(block);
   if (size <= kInlineCheckMax) return detail::find_up_to_64(p, size, pattern);
   return detail::g_find.load(std::memory_order_relaxed)(p, size, pattern);
 }
-bool check_fill(const void* block, std::size_t size, std::uint8_t pattern, FillDamage* damage);
+
+namespace detail {
+// check_fill once find_fill_damage found damage at `first`: collects the ranges.
+bool damage_found(const void* block, std::size_t size, std::uint8_t pattern, std::size_t first, FillDamage* damage);
+
+// Blocks of 0..kInlineCheckMax bytes: overlapping stores of the widest word that fits, as the
+// check's loads. A debug block's 16-byte guard and canary and its small user data are filled
+// at every allocation and free: a call to memset cost more than the stores.
+BRISK_ALWAYS_INLINE void fill_up_to_64(std::uint8_t* p, std::size_t n, std::uint8_t pattern) {
+  auto store = [](std::uint8_t* at, auto v) { std::memcpy(at, &v, sizeof v); };
+  if (n >= 16) {
+#if defined(__SSE2__)
+    const __m128i v = _mm_set1_epi8(static_cast<char>(pattern));
+    auto store16 = [v](std::uint8_t* at) { _mm_storeu_si128(reinterpret_cast<__m128i*>(at), v); };
+#else
+    const std::uint64_t w = 0x0101010101010101ull * pattern;
+    auto store16 = [w, store](std::uint8_t* at) { store(at, w), store(at + 8, w); };
+#endif
+    store16(p);
+    store16(p + n - 16);
+    if (n > 32) store16(p + 16), store16(p + n - 32);
+  } else if (n >= 8) {
+    const std::uint64_t w = 0x0101010101010101ull * pattern;
+    store(p, w), store(p + n - 8, w);
+  } else if (n >= 4) {
+    const std::uint32_t w = 0x01010101u * pattern;
+    store(p, w), store(p + n - 4, w);
+  } else if (n >= 2) {
+    const auto w = static_cast<std::uint16_t>(0x0101u * pattern);
+    store(p, w), store(p + n - 2, w);
+  } else if (n == 1) {
+    p[0] = pattern;
+  }
+}
+}  // namespace detail
+
+inline void fill_block(void* block, std::size_t size, std::uint8_t pattern) {
+  if (size <= kInlineCheckMax) return detail::fill_up_to_64(static_cast<std::uint8_t*>(block), size, pattern);
+  std::memset(block, pattern, size);
+}
+
+// Inline while the block is intact (the common case): a guard's or a small block's check is a
+// few compares, no call.
+inline bool check_fill(const void* block, std::size_t size, std::uint8_t pattern, FillDamage* damage) {
+  const std::size_t first = find_fill_damage(block, size, pattern);
+  if (BRISK_LIKELY(first == size)) return true;
+  return detail::damage_found(block, size, pattern, first, damage);
+}
 void fill_check_init();
 
 // The implementation find_fill_damage uses on this CPU (after fill_check_init or a first check).

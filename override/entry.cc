@@ -89,12 +89,13 @@ void* realloc_impl(void* p, std::size_t size) {
       case debug::ReallocCheck::kBad:
         errno = EINVAL;
         return nullptr;
-      case debug::ReallocCheck::kLive:
-        if (size == 0) {
-          free_inline(p);
-          return nullptr;
-        }
-        return move_block(p, old_size, size);  // the new block is made in the current mode
+      case debug::ReallocCheck::kLive: {
+        // p is freed already (block.h): realloc_done finishes its free, or makes it live again.
+        void* q = size == 0 ? nullptr : malloc_inline(size);  // made in the current mode
+        if (q != nullptr) std::memcpy(q, p, old_size < size ? old_size : size);
+        debug::realloc_done(p, q != nullptr || size == 0);
+        return q;
+      }
     }
   }
   // p is validated before the size is looked at, so a foreign or freed pointer is reported

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
@@ -286,6 +287,44 @@ TEST_F(DebugMode, ReallocOfAFreedBlockIsReported) {
   brisk_free(p);
   EXPECT_EQ(brisk_realloc(p, 128), nullptr);
   EXPECT_NE(Reports().find("realloc of a freed block"), std::string::npos) << Reports();
+}
+
+// realloc frees the old block under the lock of its check, before it copies it (block.h): the
+// copy still holds the contents, and the old pointer is a freed block from then on.
+TEST_F(DebugMode, ReallocFreesTheOldBlockIntoTheQuarantine) {
+  auto* p = static_cast<char*>(brisk_malloc(40));
+  std::memcpy(p, "0123456789abcdefghijklmnopqrstuvwxyzABC", 40);
+  auto* q = static_cast<char*>(brisk_realloc(p, 80));
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(std::memcmp(q, "0123456789abcdefghijklmnopqrstuvwxyzABC", 40), 0);
+  EXPECT_EQ(brisk_usable_size(q), 80u);
+  EXPECT_EQ(brisk_check_heap(), 0) << Reports();  // the old block holds the freed pattern
+  EXPECT_EQ(ReportCount(), 0) << Reports();
+  brisk_free(p);
+  EXPECT_EQ(ReportCount(), 1);
+  EXPECT_NE(Reports().find("brisk: double free"), std::string::npos) << Reports();
+  void* r = brisk_malloc(24);
+  EXPECT_EQ(brisk_realloc(r, 0), nullptr);  // frees r
+  brisk_free(r);
+  EXPECT_EQ(ReportCount(), 2) << Reports();
+  brisk_free(q);
+  EXPECT_EQ(ReportCount(), 2) << Reports();
+}
+
+TEST_F(DebugMode, AFailedReallocLeavesTheBlockLiveAndIntact) {
+  auto* p = static_cast<char*>(brisk_malloc(40));
+  std::memcpy(p, "0123456789abcdefghijklmnopqrstuvwxyzABC", 40);
+  errno = 0;
+  EXPECT_EQ(brisk_realloc(p, std::size_t{1} << 62), nullptr);
+  EXPECT_EQ(errno, ENOMEM);
+  EXPECT_EQ(std::memcmp(p, "0123456789abcdefghijklmnopqrstuvwxyzABC", 40), 0);
+  EXPECT_EQ(brisk_usable_size(p), 40u);
+  EXPECT_EQ(brisk_check_heap(), 0) << Reports();
+  auto* q = static_cast<char*>(brisk_realloc(p, 60));  // live again: realloc and free work
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(std::memcmp(q, "0123456789abcdefghijklmnopqrstuvwxyzABC", 40), 0);
+  brisk_free(q);
+  EXPECT_EQ(ReportCount(), 0) << Reports();
 }
 
 TEST_F(DebugMode, AnInvalidPointerIntoDebugMemoryIsReported) {

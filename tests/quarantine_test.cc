@@ -122,7 +122,7 @@ TEST(Quarantine, DrainAndForEachSeeEveryBlockOldestFirst) {
 TEST(Quarantine, TheDefaultBudgetIsTheOption) {
   const char* set = getenv("BRISK_DEBUG_QUARANTINE");
   if (set == nullptr) {
-    EXPECT_EQ(Quarantine::default_budget(), std::size_t{16} << 20);
+    EXPECT_EQ(Quarantine::default_budget(), std::size_t{4} << 20);
   } else {
     EXPECT_EQ(Quarantine::default_budget(), std::size_t{3} << 20) << "ctest sets 3m";
   }
