@@ -16,7 +16,7 @@ Span* central_take(unsigned c, Heap* new_owner) {
   BRISK_ASSERT(s->kind == SpanKind::kSmall && s->size_class == c && s->has_room());
   pool.remove(s);
   s->owner.store(new_owner, std::memory_order_release);
-  stats::add(stats::g.spans_orphaned, -1);
+  stats::add(&stats::Stripe::spans_orphaned, -1);
   return s;
 }
 

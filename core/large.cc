@@ -93,7 +93,7 @@ CacheEntry remove_entry(unsigned i) {
   CacheEntry e = g_cache[i];
   g_cache_bytes -= e.size;
   g_dirty_bytes -= e.dirty;
-  stats::add(stats::g.large_bytes_cached, -static_cast<std::int64_t>(e.size));
+  stats::add(&stats::Stripe::large_bytes_cached, -static_cast<std::int64_t>(e.size));
   g_cache[i] = g_cache[--g_cache_used];
   g_cache_entries.store(g_cache_used, std::memory_order_relaxed);
   return e;
@@ -119,7 +119,7 @@ void insert_entry(CacheEntry e) {
   BRISK_ASSERT(g_cache_used < kCacheEntries && e.size >= kOsPageSize);
   g_cache_bytes += e.size;  // counted before the merges, which move their neighbours' bytes in
   g_dirty_bytes += e.dirty;
-  stats::add(stats::g.large_bytes_cached, static_cast<std::int64_t>(e.size));
+  stats::add(&stats::Stripe::large_bytes_cached, static_cast<std::int64_t>(e.size));
   for (unsigned i = 0; i < g_cache_used;) {
     CacheEntry& n = g_cache[i];
     if (n.base + n.size != e.base && e.base + e.size != n.base) {
@@ -151,7 +151,7 @@ int oldest_entry(bool dirty_only) {
 
 void unmap_mapping(char* base, std::size_t size) {
   platform::unmap(base, size);
-  stats::add(stats::g.large_bytes_mapped, -static_cast<std::int64_t>(size));
+  stats::add(&stats::Stripe::large_bytes_mapped, -static_cast<std::int64_t>(size));
 }
 
 // Drops a cached entry's pages but its first (see CacheEntry). Keeping that page keeps the page
@@ -228,7 +228,7 @@ char* cache_take(std::size_t need, bool zero, std::size_t* size, bool* clean) {
   for (unsigned i = 0; i < count; ++i) {
     g_cache_bytes += pieces[i].size;
     g_dirty_bytes += pieces[i].dirty;
-    stats::add(stats::g.large_bytes_cached, static_cast<std::int64_t>(pieces[i].size));
+    stats::add(&stats::Stripe::large_bytes_cached, static_cast<std::int64_t>(pieces[i].size));
     append_entry(pieces[i]);
   }
   *size = taken;
@@ -281,9 +281,10 @@ bool cache_put(char* base, std::size_t size, std::uint64_t now) {
 constexpr std::size_t kMinGrow = 64 << 20;
 
 // Whether the address budget has room to cache `bytes` more: a hint, read without the lock
-// from the statistics counter that mirrors g_cache_bytes.
+// from the statistics counter that mirrors g_cache_bytes (a sum over the stripes, paid only
+// when the cache had no room for the block and a mapping is made).
 bool fresh_rest_fits(std::size_t bytes) {
-  return stats::g.large_bytes_cached.load(std::memory_order_relaxed) + bytes <=
+  return stats::sum(&stats::Stripe::large_bytes_cached) + bytes <=
          option_bytes(options::Id::kLargeCacheBytes);
 }
 
@@ -318,8 +319,8 @@ void* finish(char* base, std::size_t map_size, std::size_t offset, std::size_t m
   h->alignment = map_align;
   auto a = reinterpret_cast<std::uintptr_t>(p);
   region_set(a, region_large_code(a & kChunkMask));
-  stats::add(stats::g.large_live_blocks, 1);
-  stats::add(stats::g.large_bytes_in_use, static_cast<std::int64_t>(map_size - offset));
+  stats::add(&stats::Stripe::large_live_blocks, 1);
+  stats::add(&stats::Stripe::large_bytes_in_use, static_cast<std::int64_t>(map_size - offset));
   return p;
 }
 
@@ -353,7 +354,7 @@ void* large_alloc(std::size_t size, std::size_t alignment, bool zero) {
     base = static_cast<char*>(platform::map_aligned(grow, map_align));
     if (base == nullptr && grow > need) base = static_cast<char*>(platform::map_aligned(grow = need, map_align));
     if (base == nullptr) return nullptr;
-    stats::add(stats::g.large_bytes_mapped, static_cast<std::int64_t>(grow));
+    stats::add(&stats::Stripe::large_bytes_mapped, static_cast<std::int64_t>(grow));
     if (grow > need) cache_rest_of_fresh(base + need, grow - need, platform::now_ms());
     decay_if_due();
   }
@@ -380,8 +381,8 @@ void large_free(void* p, LargeHeader* h) {
   bool cacheable = h->alignment == kChunkSize;
   h->check = 0;  // a second free of p now fails validation
   region_set(reinterpret_cast<std::uintptr_t>(p), kRegionNone);
-  stats::add(stats::g.large_live_blocks, -1);
-  stats::add(stats::g.large_bytes_in_use, -static_cast<std::int64_t>(large_usable_size(p, h)));
+  stats::add(&stats::Stripe::large_live_blocks, -1);
+  stats::add(&stats::Stripe::large_bytes_in_use, -static_cast<std::int64_t>(large_usable_size(p, h)));
   if (cacheable && cache_put(base, size, platform::now_ms())) {
     decay_if_due();
     return;
@@ -401,15 +402,15 @@ void* large_realloc(void* p, LargeHeader* h, std::size_t new_size) {
     // Shrink only when it frees at least half: realloc down-and-up cycles stay in place.
     if (need <= old / 2 && platform::remap_in_place(base, old, need)) {
       h->map_size = need;
-      stats::add(stats::g.large_bytes_mapped, -static_cast<std::int64_t>(old - need));
-      stats::add(stats::g.large_bytes_in_use, -static_cast<std::int64_t>(old - need));
+      stats::add(&stats::Stripe::large_bytes_mapped, -static_cast<std::int64_t>(old - need));
+      stats::add(&stats::Stripe::large_bytes_in_use, -static_cast<std::int64_t>(old - need));
     }
     return p;
   }
   if (platform::remap_in_place(base, old, need)) {
     h->map_size = need;
-    stats::add(stats::g.large_bytes_mapped, static_cast<std::int64_t>(need - old));
-    stats::add(stats::g.large_bytes_in_use, static_cast<std::int64_t>(need - old));
+    stats::add(&stats::Stripe::large_bytes_mapped, static_cast<std::int64_t>(need - old));
+    stats::add(&stats::Stripe::large_bytes_in_use, static_cast<std::int64_t>(need - old));
     return p;
   }
   // Move the pages (not the bytes) to a fresh aligned reservation: mremap with MREMAP_FIXED
@@ -433,8 +434,8 @@ void* large_realloc(void* p, LargeHeader* h, std::size_t new_size) {
   nh->base = target;
   nh->map_size = need;
   region_set(reinterpret_cast<std::uintptr_t>(np), code);  // target is aligned as base was
-  stats::add(stats::g.large_bytes_mapped, static_cast<std::int64_t>(need - old));
-  stats::add(stats::g.large_bytes_in_use, static_cast<std::int64_t>(need - old));
+  stats::add(&stats::Stripe::large_bytes_mapped, static_cast<std::int64_t>(need - old));
+  stats::add(&stats::Stripe::large_bytes_in_use, static_cast<std::int64_t>(need - old));
   return np;
 }
 

@@ -59,22 +59,22 @@ BRISK_EXPORT void brisk_get_stats(brisk_stats* out) {
   auto rd = [](const std::atomic<uint64_t>& c) { return c.load(std::memory_order_relaxed); };
   out->chunks_mapped = rd(g.chunks_mapped);
   out->chunk_bytes_mapped = rd(g.chunks_mapped) * kChunkSize;
-  out->large_bytes_mapped = rd(g.large_bytes_mapped);
-  out->large_bytes_cached = rd(g.large_bytes_cached);
-  out->large_live_blocks = rd(g.large_live_blocks);
+  out->large_bytes_mapped = stats::sum(&stats::Stripe::large_bytes_mapped);
+  out->large_bytes_cached = stats::sum(&stats::Stripe::large_bytes_cached);
+  out->large_live_blocks = stats::sum(&stats::Stripe::large_live_blocks);
   out->os_map_calls = rd(g.os_map_calls);
   out->os_unmap_calls = rd(g.os_unmap_calls);
   out->os_decommit_calls = rd(g.os_decommit_calls);
   out->heaps_live = rd(g.heaps_live);
   out->heaps_total = rd(g.heaps_total);
-  out->spans_orphaned = rd(g.spans_orphaned);
+  out->spans_orphaned = stats::sum(&stats::Stripe::spans_orphaned);
   out->chunk_bytes_cached = rd(g.chunks_cached) * kChunkSize;
 
   SpanTotals t;
   gather_span_totals(&t);
   out->small_bytes_in_use = t.small_bytes_in_use;
   out->medium_bytes_in_use = t.medium_bytes_in_use;
-  out->large_bytes_in_use = rd(g.large_bytes_in_use);
+  out->large_bytes_in_use = stats::sum(&stats::Stripe::large_bytes_in_use);
   out->small_live_blocks = t.small_live_blocks;
   out->medium_live_blocks = t.medium_live_blocks;
   out->remote_queued_bytes = t.remote_queued_bytes;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <barrier>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -170,6 +171,52 @@ TEST(Stats, RemoteFreesAreCountedFromTheFreeToTheOwnersDrain) {
   });
   freer.join();
   owner.join();
+}
+
+// Large blocks and remote frees are counted on striped counters (core/stats.h): threads that
+// allocate at once, then free each other's blocks at once, leave totals that are exact once
+// they are done, though each block is counted on one thread's stripe and uncounted on another.
+TEST(Stats, BlocksThatThreadsFreeForEachOtherAtOnceAreCountedExactly) {
+  constexpr unsigned kThreads = 8;
+  constexpr int kLarge = 8;
+  constexpr int kSmall = 640 / brisk_test::kScale;  // ten batches of 64 blocks to the neighbour
+  const brisk_stats before = Stats();
+  std::vector<std::vector<void*>> blocks(kThreads);
+  std::atomic<uint64_t> large_usable{0};
+  std::barrier step(kThreads + 1);
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kLarge; ++i) {
+        blocks[t].push_back(brisk_malloc(3 << 20));
+        large_usable += brisk_usable_size(blocks[t].back());
+      }
+      for (int i = 0; i < kSmall; ++i) blocks[t].push_back(brisk_malloc(64));
+      step.arrive_and_wait();  // all allocated: main reads
+      step.arrive_and_wait();
+      for (void* p : blocks[(t + 1) % kThreads]) brisk_free(p);
+      brisk_thread_collect();  // sends the partial batch
+      step.arrive_and_wait();
+      brisk_thread_collect();  // takes what the neighbour sent
+      step.arrive_and_wait();  // all taken: main reads
+      step.arrive_and_wait();
+    });
+  }
+  step.arrive_and_wait();
+  brisk_stats s = Stats();
+  EXPECT_EQ(s.large_live_blocks - before.large_live_blocks, uint64_t{kThreads} * kLarge);
+  EXPECT_EQ(s.large_bytes_in_use - before.large_bytes_in_use, large_usable.load());
+  step.arrive_and_wait();
+  step.arrive_and_wait();
+  step.arrive_and_wait();
+  s = Stats();
+  EXPECT_EQ(s.large_live_blocks, before.large_live_blocks);
+  EXPECT_EQ(s.large_bytes_in_use, before.large_bytes_in_use);
+  EXPECT_EQ(s.remote_queued_bytes, before.remote_queued_bytes);
+  EXPECT_EQ(s.bytes_mapped, s.chunk_bytes_mapped + s.large_bytes_mapped);
+  EXPECT_LE(s.large_bytes_cached, s.large_bytes_mapped);
+  step.arrive_and_wait();
+  for (auto& t : threads) t.join();
 }
 
 // A JSON checker for what brisk_print_stats writes: objects, arrays, strings without escapes,

@@ -91,7 +91,7 @@ void gather_span_totals(SpanTotals* totals, HeapCounts* heaps, std::size_t n) {
   // Cached chunks keep only their header's used part (chunk_destroy decommits the rest).
   totals->resident_estimate +=
       stats::g.chunks_cached.load(std::memory_order_relaxed) * round_to_os_page(sizeof(Chunk));
-  std::uint64_t queued = stats::g.remote_queued_bytes.load(std::memory_order_relaxed);
+  std::uint64_t queued = stats::sum(&stats::Stripe::remote_queued_bytes);
   for (Heap* h = all_heaps(); h != nullptr; h = h->all_next)
     for (const OutgoingBatch& o : h->outgoing) queued += load_shared(o.bytes);
   totals->remote_queued_bytes = queued;

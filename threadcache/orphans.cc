@@ -16,7 +16,7 @@ void orphan_span(Span* s) {
   LockGuard g(pool.lock);
   s->owner.store(&g_orphan_heap, std::memory_order_release);
   if (s->kind == SpanKind::kSmall && s->has_room()) pool.push(s);
-  stats::add(stats::g.spans_orphaned, 1);
+  stats::add(&stats::Stripe::spans_orphaned, 1);
 }
 // A thread freeing into a span whose owner exited takes the span over (one lock round-trip)
 // instead of sending each block through the orphan queue (one lock round-trip per block): the
@@ -28,7 +28,7 @@ bool adopt_orphan_span(Heap* h, Span* s) {
     if (s->owner.load(std::memory_order_relaxed) != &g_orphan_heap) return false;
     if (s->listed) pool.remove(s);
     s->owner.store(h, std::memory_order_release);
-    stats::add(stats::g.spans_orphaned, -1);
+    stats::add(&stats::Stripe::spans_orphaned, -1);
   }
   HeapSlowLock lock(h);
   heap_link_span(h, s);
@@ -60,7 +60,7 @@ std::size_t process_orphan_block(Block* b) {
       BRISK_ASSERT(s->used > 0);
       if (span_used_decrement(s)) {
         if (s->listed) pool.remove(s);
-        stats::add(stats::g.spans_orphaned, -1);
+        stats::add(&stats::Stripe::spans_orphaned, -1);
         emptied = true;
       } else if (old == nullptr && s->kind == SpanKind::kSmall && !s->listed) {
         pool.push(s);

@@ -10,8 +10,9 @@
 namespace brisk {
 
 void send_chain(Heap* dest, Block* first, Block* last, std::size_t bytes) {
-  // Counted before the push: the consumer subtracts after its take, so the count never wraps.
-  stats::add(stats::g.remote_queued_bytes, static_cast<std::int64_t>(bytes));
+  // Counted before the push, on the sender's stripe; the consumer uncounts it after its take,
+  // on its own: the sum is exact once both are done (stats::sum).
+  stats::add(&stats::Stripe::remote_queued_bytes, static_cast<std::int64_t>(bytes));
   if (dest != &g_orphan_heap && dest->incoming.push(first, last)) return;
   // To the orphan queue: dest's spans are orphans, or dest has exited (its queue is closed) and
   // its spans are, or are about to be, orphans. Counted for brisk_get_lock_stats.
@@ -98,7 +99,7 @@ void heap_flush_outgoing(Heap* h) {
 }
 
 void note_chain_taken(std::size_t bytes) {
-  if (bytes != 0) stats::add(stats::g.remote_queued_bytes, -static_cast<std::int64_t>(bytes));
+  if (bytes != 0) stats::add(&stats::Stripe::remote_queued_bytes, -static_cast<std::int64_t>(bytes));
 }
 
 void heap_drain_incoming(Heap* h) { heap_process_blocks(h, h->incoming.take_all()); }

@@ -20,7 +20,7 @@ bool free_remote_medium(Heap* h, Heap* owner, Span* s);
 void heap_flush_outgoing(Heap* h);                // sends every partial batch
 void heap_drain_incoming(Heap* h);                // takes and frees what others sent to h
 void heap_process_blocks(Heap* h, Block* chain);  // frees a chain sent to h
-// Counts a chain of `bytes` taken from a queue (stats::g.remote_queued_bytes).
+// Counts a chain of `bytes` taken from a queue (stats::Stripe::remote_queued_bytes).
 void note_chain_taken(std::size_t bytes);
 // The next block of a chain of remote frees, checked: a chain crosses spans and chunks, so a
 // sound link is null or a 16-byte aligned address in a brisk chunk.
