@@ -1,7 +1,8 @@
-// Debug blocks: layout in block.h. Small and medium ones are carved from blocks of the calling
-// thread's debug heap (debug/debug_heap.h), without a lock; large ones from large blocks. Each
-// block is on the live list of the debug heap that made it, under that heap's lock. Problems
-// are reported outside every lock: a report callback may allocate.
+// Debug blocks: layout in block.h, the header in block_layout.h. Small and medium ones are
+// carved from blocks of the calling thread's debug heap (debug/debug_heap.h), without a lock;
+// large ones from large blocks. Each block is on the live list of the debug heap that made it,
+// under that heap's lock. Problems are reported outside every lock: a report callback may
+// allocate. The leak report at exit is in leaks.cc.
 #include "debug/block.h"
 
 #include <errno.h>
@@ -17,6 +18,7 @@
 #include "core/lock.h"
 #include "core/options.h"
 #include "core/size_class.h"
+#include "debug/block_layout.h"
 #include "debug/debug_heap.h"
 #include "debug/fill_check.h"
 #include "debug/quarantine.h"
@@ -29,28 +31,9 @@
 
 namespace brisk::debug {
 __thread Kind t_alloc_kind __attribute__((tls_model("initial-exec"))) = Kind::kMalloc;
+StackDepot g_depot;
+std::atomic<int> g_init_state{0};
 
-enum class State : std::uint8_t { kLive = 1, kQuarantined = 2, kKept = 3 };
-
-struct Header {
-  std::uint64_t check;  // kMagic ^ user address while live, quarantined or kept; else 0
-  Header* prev;         // heap's live list, under its live_lock
-  Header* next;
-  DebugHeap* heap;      // the debug heap that made the block; its live_lock guards state
-  char* underlying;     // the block this one is carved from
-  std::uint64_t user_size;
-  std::uint64_t sequence;
-  std::uint32_t alloc_thread;
-  std::uint32_t free_thread;  // 0 while live
-  std::uint32_t alloc_stack;
-  std::uint32_t free_stack;
-  Kind kind;
-  State state;
-  bool edges_only;  // patterns on the first and last kFillEdgeBytes only (the fill limit)
-  std::uint8_t reserved;
-  std::uint32_t checksum;  // over every field but check, prev, next and itself
-  std::uint8_t guard[kGuardBytes];
-};
 
 namespace {
 
@@ -64,7 +47,6 @@ static_assert(kHeaderBytes == 96 && kHeaderBytes % kMinAlign == 0, "the user poi
 static_assert(kOsPageSize + kHeaderBytes + kMaxAlignment - kMinAlign < kChunkSize);
 
 Quarantine g_quarantine;
-StackDepot g_depot;
 std::atomic<std::uint32_t> g_thread_numbers{0};
 int g_stack_depth = 0;
 std::atomic<bool> g_keep_going{false};  // BRISK_DEBUG_ACTION=report
@@ -73,7 +55,6 @@ std::atomic<bool> g_keep_going{false};  // BRISK_DEBUG_ACTION=report
 // second in release mode); its edges are where an overrun, a short copy or a stale pointer to
 // its start land.
 std::atomic<std::size_t> g_fill_limit{std::size_t{4} << 20};
-std::atomic<int> g_init_state{0};  // 0: not started, 1: running, 2: done
 __thread std::uint32_t t_thread_number __attribute__((tls_model("initial-exec"))) = 0;
 
 std::uint32_t thread_number() {
@@ -695,95 +676,6 @@ int check_heap() {
   return damaged + visit.damaged;
 }
 
-namespace {
-
-struct LeakGroup {
-  std::uint32_t stack;
-  std::uint32_t thread;  // of the group's first block, for a stackless group's report
-  std::size_t count;
-  std::size_t bytes;
-  std::size_t min_size;
-  std::size_t max_size;
-};
-constexpr int kMaxLeakGroups = 256;
-LeakGroup g_leak_groups[kMaxLeakGroups];  // report_leaks runs once, at exit
-
-}  // namespace
-
-int report_leaks() {
-  if (g_init_state.load(std::memory_order_acquire) != 2) return 0;
-  int groups = 0;
-  std::size_t ungrouped = 0, ungrouped_bytes = 0;
-  for (DebugHeap* d = first_debug_heap(); d != nullptr; d = d->registry_next) {
-    LockGuard g(d->live_lock);
-    for (Header* h = d->live; h != nullptr; h = h->next) {
-      int i = 0;
-      while (i < groups && g_leak_groups[i].stack != h->alloc_stack) ++i;
-      if (i == groups) {
-        if (groups == kMaxLeakGroups) {
-          ++ungrouped;
-          ungrouped_bytes += h->user_size;
-          continue;
-        }
-        g_leak_groups[groups++] = LeakGroup{h->alloc_stack, h->alloc_thread, 0, 0, h->user_size, h->user_size};
-      }
-      LeakGroup& group = g_leak_groups[i];
-      ++group.count;
-      group.bytes += h->user_size;
-      if (h->user_size < group.min_size) group.min_size = h->user_size;
-      if (h->user_size > group.max_size) group.max_size = h->user_size;
-    }
-  }
-  // Largest total first, so the worst leak heads the log (a selection sort: few groups).
-  for (int i = 0; i < groups; ++i) {
-    int best = i;
-    for (int j = i + 1; j < groups; ++j)
-      if (g_leak_groups[j].bytes > g_leak_groups[best].bytes) best = j;
-    LeakGroup t = g_leak_groups[i];
-    g_leak_groups[i] = g_leak_groups[best];
-    g_leak_groups[best] = t;
-  }
-  static char text[kReportCapacity];
-  for (int i = 0; i < groups; ++i) {
-    const LeakGroup& group = g_leak_groups[i];
-    TextWriter w(text, sizeof text);
-    w.text("brisk: leak: ");
-    w.decimal(group.count);
-    w.text(group.count == 1 ? " block, " : " blocks, ");
-    w.decimal(group.bytes);
-    w.text(" bytes (sizes ");
-    w.decimal(group.min_size);
-    if (group.max_size != group.min_size) {
-      w.text("..");
-      w.decimal(group.max_size);
-    }
-    w.text(") still allocated at exit, allocated by thread ");
-    w.decimal(group.thread);
-    w.text(":\n");
-    const std::uintptr_t* frames = nullptr;
-    int depth = g_depot.fetch(group.stack, &frames);
-    if (depth <= 0) w.text("    (no stack recorded)\n");
-    for (int f = 0; f < depth; ++f) {
-      w.text("    #");
-      w.decimal(static_cast<std::uint64_t>(f));
-      w.put(' ');
-      char frame[512];
-      w.text(frame, format_frame(frames[f], frame, sizeof frame));
-      w.put('\n');
-    }
-    emit_report(text, w.finish("(report truncated)\n"));
-  }
-  if (ungrouped > 0) {
-    TextWriter w(text, sizeof text);
-    w.text("brisk: leak: ");
-    w.decimal(ungrouped);
-    w.text(" more blocks, ");
-    w.decimal(ungrouped_bytes);
-    w.text(" bytes, from more allocation stacks than the report groups\n");
-    emit_report(text, w.finish());
-  }
-  return groups;
-}
 
 namespace {
 
