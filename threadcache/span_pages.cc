@@ -199,23 +199,27 @@ void retain_empty_span(Heap* h, unsigned c) {
   h->retained[c] = true;
 }
 
+// Takes the k-th newest class (k = retained_count: the oldest) out of the FIFO, the newer ones
+// moving up a slot, and gives back its span if that is still empty.
+void release_retained(Heap* h, unsigned k) {
+  unsigned c = h->retained_classes[(h->retained_next + kRetainedLargeSpans - k) % kRetainedLargeSpans];
+  for (unsigned j = k; j > 1; --j) {
+    unsigned to = (h->retained_next + kRetainedLargeSpans - j) % kRetainedLargeSpans;
+    h->retained_classes[to] = h->retained_classes[(to + 1) % kRetainedLargeSpans];
+  }
+  h->retained_next = static_cast<std::uint8_t>((h->retained_next + kRetainedLargeSpans - 1) % kRetainedLargeSpans);
+  --h->retained_count;
+  h->retained[c] = false;
+  release_if_empty(h, c);
+}
+
 // Gives back the span kept longest ago that is still empty and has at least `pages` pages.
 // False: there is none.
 bool release_retained_fitting(Heap* h, unsigned pages) {
   for (unsigned k = h->retained_count; k > 0; --k) {
-    unsigned slot = (h->retained_next + kRetainedLargeSpans - k) % kRetainedLargeSpans;
-    unsigned c = h->retained_classes[slot];
-    Span* s = h->installed[c];
+    Span* s = h->installed[h->retained_classes[(h->retained_next + kRetainedLargeSpans - k) % kRetainedLargeSpans]];
     if (s == &g_empty_span || s->used != 0 || s->page_count < pages) continue;
-    // Out of the FIFO: the slots after it move up one.
-    for (unsigned j = k; j > 1; --j) {
-      unsigned to = (h->retained_next + kRetainedLargeSpans - j) % kRetainedLargeSpans;
-      h->retained_classes[to] = h->retained_classes[(to + 1) % kRetainedLargeSpans];
-    }
-    h->retained_next = static_cast<std::uint8_t>((h->retained_next + kRetainedLargeSpans - 1) % kRetainedLargeSpans);
-    --h->retained_count;
-    h->retained[c] = false;
-    release_if_empty(h, c);
+    release_retained(h, k);
     return true;
   }
   return false;
@@ -224,11 +228,7 @@ bool release_retained_fitting(Heap* h, unsigned pages) {
 // Gives back the span of the class kept longest ago, if still empty. False: none is kept.
 bool release_oldest_retained(Heap* h) {
   if (h->retained_count == 0) return false;
-  unsigned oldest = (h->retained_next + kRetainedLargeSpans - h->retained_count) % kRetainedLargeSpans;
-  unsigned old = h->retained_classes[oldest];
-  --h->retained_count;
-  h->retained[old] = false;
-  release_if_empty(h, old);
+  release_retained(h, h->retained_count);
   return true;
 }
 
