@@ -143,7 +143,7 @@ TEST(Strategy, TheReadmeLeversTableMatchesTheCode) {
       {"BRISK_LARGE_DIRTY_BYTES", Id::kLargeDirtyBytes}, {"BRISK_LARGE_DECAY_MS", Id::kLargeDecayMs},
       {"BRISK_PURGE_BYTES", Id::kPurgeBytes},
       {"BRISK_PURGE_DELAY_MS", Id::kPurgeDelayMs},    {"BRISK_RETAINED_SPANS", Id::kRetainedSpans},
-      {"BRISK_RETAINED_BYTES", Id::kRetainedBytes},
+      {"BRISK_RETAINED_BYTES", Id::kRetainedBytes},   {"BRISK_PURGE_REUSED", Id::kPurgeReused},
       {"BRISK_REMOTE_BATCH_BYTES", Id::kRemoteBatchBytes}, {"BRISK_BACKGROUND", Id::kBackground},
       {"BRISK_IDLE_MS", Id::kIdleMs},         {"BRISK_PURGE_ADVICE", Id::kPurgeAdvice},
   };
