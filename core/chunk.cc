@@ -126,8 +126,11 @@ bool chunk_has_resident_run(Chunk* c, unsigned n) {
 
 namespace {
 
-// Claimed pages are in use: a purge check must not count the time they lay free before.
+// Claimed pages are in use: a purge check must not count the time they lay free before. Not
+// under BRISK_PURGE_REUSED=1 (low-memory): a page free at two checks goes back however it was
+// used in between.
 void forget_age(Chunk* c, std::uint64_t m) {
+  if (options::get(options::Id::kPurgeReused) != 0) return;
   if ((c->aged.load(std::memory_order_relaxed) & m) != 0) c->aged.fetch_and(~m, std::memory_order_relaxed);
   if ((c->decay_aged.load(std::memory_order_relaxed) & m) != 0) c->decay_aged.fetch_and(~m, std::memory_order_relaxed);
 }

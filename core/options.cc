@@ -46,7 +46,7 @@ constexpr Option kTable[] = {
     {Id::kDebug, "BRISK_DEBUG", {0, 0, 0}, 0, 1},
     {Id::kDebugStackDepth, "BRISK_DEBUG_STACK_DEPTH", {8, 8, 8}, 0, 64},
     {Id::kDebugLeaks, "BRISK_DEBUG_LEAKS", {1, 1, 1}, 0, 1},
-    {Id::kRetainedSpans, "BRISK_RETAINED_SPANS", {16, 16, 2}, 0, 16},
+    {Id::kRetainedSpans, "BRISK_RETAINED_SPANS", {16, 16, 16}, 0, 16},
     {Id::kRemoteBatchBytes, "BRISK_REMOTE_BATCH_BYTES", {1 * MiB, 256 * KiB, 64 * KiB}, 0, std::int64_t{1} << 30},
     {Id::kBackground, "BRISK_BACKGROUND", {0, 1, 1}, 0, 1},
     {Id::kIdleMs, "BRISK_IDLE_MS", {10000, 1000, 200}, 10, 3600 * 1000},
@@ -54,6 +54,18 @@ constexpr Option kTable[] = {
     {Id::kStats, "BRISK_STATS", {0, 0, 0}, 0, 2},
     {Id::kDebugAction, "BRISK_DEBUG_ACTION", {0, 0, 0}, 0, 1, kDebugActionNames},
     {Id::kDebugFillLimit, "BRISK_DEBUG_FILL_LIMIT", {4 * MiB, 4 * MiB, 4 * MiB}, 0, std::int64_t{1} << 44},
+    // With BRISK_RETAINED_SPANS, bounds what an idle thread's kept spans hold resident (their
+    // carved blocks) rather than how many classes keep one: 16 x 512 KiB = 8m never binds.
+    // Low-memory keeps 1m, what its former limit of 2 spans allowed at worst, but over as many
+    // classes as fit: MMtest medium cycles 6 such classes holding 1-2 carved blocks each, and
+    // releasing 4 of them every round moved its spans over pages its medium blocks had touched
+    // (peak RSS 34 MiB at 10 threads against balanced's 22).
+    {Id::kRetainedBytes, "BRISK_RETAINED_BYTES", {8 * MiB, 8 * MiB, 1 * MiB}, 0, std::int64_t{1} << 40},
+    // Whether a page free at two purge checks is purged although it was claimed in between.
+    // Sparing it keeps a steady workload's pages resident (balanced MMtest medium: 6x fewer page
+    // faults); purging it is low-memory's trade: producer/consumer peak RSS 130 -> 73 MiB and
+    // realloc 139 -> 120 at 2-3x the faults (README "Returning memory").
+    {Id::kPurgeReused, "BRISK_PURGE_REUSED", {0, 0, 1}, 0, 1},
 };
 constexpr unsigned kOptionCount = static_cast<unsigned>(Id::kCount);
 static_assert(sizeof kTable / sizeof kTable[0] == kOptionCount, "one row per option id");

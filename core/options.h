@@ -33,6 +33,8 @@ enum class Id : unsigned {
   kStats,             // BRISK_STATS: 1 prints brisk_print_stats' table to stderr at exit, 2 its JSON
   kDebugAction,       // BRISK_DEBUG_ACTION: abort (0, the default) or report (1): go on after a debug report
   kDebugFillLimit,    // BRISK_DEBUG_FILL_LIMIT: debug blocks up to this size get fill patterns on every byte
+  kRetainedBytes,     // BRISK_RETAINED_BYTES: carved bytes of the multi-page spans a thread keeps emptied
+  kPurgeReused,       // BRISK_PURGE_REUSED: 1: a decay purge also takes pages used since its previous check
   kCount
 };
 

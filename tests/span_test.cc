@@ -121,5 +121,66 @@ TEST(Span, ANewSpanTakesTheResidentPagesOfAnEmptySpanKeptForAnotherClass) {
   }).join();
 }
 
+// Low-memory mode for a scope: the strategy in force before comes back after.
+class LowMemoryMode {
+ public:
+  LowMemoryMode() : before_(brisk_get_strategy()) { brisk_set_strategy(BRISK_STRATEGY_LOW_MEMORY); }
+  ~LowMemoryMode() { brisk_set_strategy(before_); }
+
+ private:
+  brisk_strategy before_;
+};
+
+TEST(Span, LowMemoryKeepsTheEmptiedSpansOfEveryClassARoundCyclesWhenFewBlocksAreCarved) {
+  // MMtest's medium test: each round takes one block of each of six multi-page classes and frees
+  // them all. Their spans hold one or two carved blocks each, well under low-memory's
+  // BRISK_RETAINED_BYTES, so all six are kept: releasing some every round moved them over pages
+  // other blocks had touched, and peak RSS rose above balanced mode's.
+  LowMemoryMode low;
+  std::thread([] {
+    constexpr std::size_t kSizes[] = {10240, 20480, 30720, 40960, 51200, 61440};
+    Span* kept[6] = {};
+    for (int round = 0; round < 3; ++round) {
+      void* p[6];
+      for (int i = 0; i < 6; ++i) {
+        ASSERT_GT(kClasses[size_to_class(kSizes[i])].span_pages, 1u);
+        p[i] = brisk_malloc(kSizes[i]);
+        std::memset(p[i], 1, kSizes[i]);
+        if (round > 0) EXPECT_EQ(span_of(p[i]), kept[i]) << kSizes[i] << " B: its span was recreated";
+      }
+      for (int i = 0; i < 6; ++i) {
+        kept[i] = span_of(p[i]);
+        brisk_free(p[i]);
+      }
+      for (int i = 0; i < 6; ++i)
+        EXPECT_EQ(t_heap->installed[size_to_class(kSizes[i])], kept[i]) << kSizes[i] << " B: the emptied span was released";
+    }
+  }).join();
+}
+
+TEST(Span, LowMemoryReleasesTheSpanKeptLongestWhenTheKeptCarvedBytesPassTheBudget) {
+  // Three 8-page spans carved whole (12 x 40 KiB, 9 x 52 KiB, 8 x 60 KiB: about 470 KiB each)
+  // emptied in turn: the third passes low-memory's 1 MiB budget, so the first goes back.
+  LowMemoryMode low;
+  std::thread([] {
+    constexpr std::size_t kSizes[] = {40960, 53248, 61440};
+    Span* spans[3] = {};
+    std::vector<void*> blocks[3];
+    for (int i = 0; i < 3; ++i) {  // all three live at once, so no new span takes a kept one's pages
+      unsigned c = size_to_class(kSizes[i]);
+      ASSERT_EQ(kClasses[c].span_pages, 8u);
+      for (unsigned k = 0; k < kClasses[c].capacity; ++k) blocks[i].push_back(brisk_malloc(kSizes[i]));
+      spans[i] = span_of(blocks[i][0]);
+      for (void* b : blocks[i]) ASSERT_EQ(span_of(b), spans[i]) << "one span holds the class's blocks";
+      ASSERT_EQ(spans[i]->carved_bytes, kClasses[c].capacity * kClasses[c].size);
+    }
+    for (auto& v : blocks)
+      for (void* b : v) brisk_free(b);
+    EXPECT_EQ(t_heap->installed[size_to_class(kSizes[0])], &g_empty_span) << "the first span is still kept";
+    EXPECT_EQ(t_heap->installed[size_to_class(kSizes[1])], spans[1]);
+    EXPECT_EQ(t_heap->installed[size_to_class(kSizes[2])], spans[2]);
+  }).join();
+}
+
 }  // namespace
 }  // namespace brisk

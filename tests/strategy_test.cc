@@ -52,10 +52,10 @@ TEST(Strategy, LeversFollowTheStrategyInForce) {
   RestoreStrategy restore;
   brisk_set_strategy(BRISK_STRATEGY_SPEED);
   std::int64_t speed_delay = brisk::options::get(Id::kPurgeDelayMs);
-  std::int64_t speed_spans = brisk::options::get(Id::kRetainedSpans);
+  std::int64_t speed_spans = brisk::options::get(Id::kRetainedBytes);
   brisk_set_strategy(BRISK_STRATEGY_LOW_MEMORY);
   std::int64_t low_delay = brisk::options::get(Id::kPurgeDelayMs);
-  std::int64_t low_spans = brisk::options::get(Id::kRetainedSpans);
+  std::int64_t low_spans = brisk::options::get(Id::kRetainedBytes);
   EXPECT_GT(speed_delay, low_delay);
   EXPECT_GT(speed_spans, low_spans);
   EXPECT_EQ(low_delay, brisk::options::get_for(Id::kPurgeDelayMs, Strategy::kLowMemory));
@@ -143,6 +143,7 @@ TEST(Strategy, TheReadmeLeversTableMatchesTheCode) {
       {"BRISK_LARGE_DIRTY_BYTES", Id::kLargeDirtyBytes}, {"BRISK_LARGE_DECAY_MS", Id::kLargeDecayMs},
       {"BRISK_PURGE_BYTES", Id::kPurgeBytes},
       {"BRISK_PURGE_DELAY_MS", Id::kPurgeDelayMs},    {"BRISK_RETAINED_SPANS", Id::kRetainedSpans},
+      {"BRISK_RETAINED_BYTES", Id::kRetainedBytes},   {"BRISK_PURGE_REUSED", Id::kPurgeReused},
       {"BRISK_REMOTE_BATCH_BYTES", Id::kRemoteBatchBytes}, {"BRISK_BACKGROUND", Id::kBackground},
       {"BRISK_IDLE_MS", Id::kIdleMs},         {"BRISK_PURGE_ADVICE", Id::kPurgeAdvice},
   };

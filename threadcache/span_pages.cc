@@ -180,18 +180,33 @@ void release_if_empty(Heap* h, unsigned c) {
   }
 }
 
+// Carved bytes of the kept classes' current spans: what they hold resident at most (lazy carving
+// touches no page past the carved blocks; pages a span was given already resident are not counted).
+std::size_t retained_carved_bytes(const Heap* h) {
+  std::size_t bytes = 0;
+  for (unsigned k = 1; k <= h->retained_count; ++k) {
+    const Span* s = h->installed[h->retained_classes[(h->retained_next + kRetainedLargeSpans - k) % kRetainedLargeSpans]];
+    if (s != &g_empty_span) bytes += s->carved_bytes;
+  }
+  return bytes;
+}
+
 // Keeps an emptied multi-page current span of class c, in a FIFO of at most BRISK_RETAINED_SPANS
-// classes (a strategy lever, at most kRetainedLargeSpans): past it, the class kept longest ago
+// classes (a strategy lever, at most kRetainedLargeSpans) whose spans hold at most
+// BRISK_RETAINED_BYTES carved bytes when a class joins: past either, the class kept longest ago
 // gives its current span back if that is still empty. A class is kept at most once, so
-// alloc/free ping-pong over up to that many classes never releases and recreates a span.
+// alloc/free ping-pong over as many classes as fit never releases and recreates a span.
 void retain_empty_span(Heap* h, unsigned c) {
   if (h->retained[c]) return;
   auto limit = static_cast<unsigned>(options::get(options::Id::kRetainedSpans));
-  while (h->retained_count != 0 && h->retained_count >= limit) release_oldest_retained(h);
-  if (limit == 0) {
+  auto budget = static_cast<std::size_t>(options::get(options::Id::kRetainedBytes));
+  std::size_t bytes = h->installed[c]->carved_bytes;
+  if (limit == 0 || bytes > budget) {
     release_if_empty(h, c);
     return;
   }
+  while (h->retained_count != 0 && (h->retained_count >= limit || retained_carved_bytes(h) + bytes > budget))
+    release_oldest_retained(h);
   unsigned slot = h->retained_next;
   h->retained_next = static_cast<std::uint8_t>((slot + 1) % kRetainedLargeSpans);
   ++h->retained_count;
