@@ -17,9 +17,17 @@ void* alloc_medium_here(std::size_t size, bool zero) {
   return h != nullptr ? alloc_medium(h, size, zero) : nullptr;
 }
 
+// The thread's debug heap too (threadcache/debug_switch.h): its free pages are the calling
+// thread's as much as its thread heap's, and only its owner purges them (no other heap's decay
+// walks its chunks), so a thread done with debug mode would keep them until its next debug
+// block otherwise.
 std::size_t thread_collect() {
   Heap* h = t_heap;
-  if (heap_is_attached(h)) return heap_collect(h);
+  if (heap_is_attached(h)) {
+    std::size_t bytes = heap_collect(h);
+    if (h->debug != nullptr) bytes += heap_collect(h->debug);
+    return bytes;
+  }
   drain_orphans();
   return large_cache_flush();
 }
