@@ -520,16 +520,19 @@ TEST_F(DebugMode, ThreadCollectReturnsTheFreePagesOfTheThreadsDebugHeap) {
   EXPECT_EQ(ReportCount(), 0) << Reports();
 }
 
-// brisk_trim gives back the free pages of every debug heap, here another (live) thread's.
-TEST_F(DebugMode, TrimReturnsTheFreePagesOfAnotherThreadsDebugHeap) {
-  std::vector<void*> freed;
+// Runs in_worker on a new thread, then, while that thread lives on without allocating,
+// on_this_thread, which returns freed blocks of kCollectBlock bytes whose pages are resident:
+// brisk_trim must take them back.
+template <class InWorker, class OnThisThread>
+void ExpectTrimTakesBackWhileAWorkerLives(InWorker in_worker, OnThisThread on_this_thread) {
   std::atomic<int> step{0};
   std::thread worker([&] {
-    freed = FreeDebugBlocksPastTheQuarantine();
+    in_worker();
     step.store(1);
-    while (step.load() != 2) std::this_thread::yield();  // alive while the trim runs
+    while (step.load() != 2) std::this_thread::yield();
   });
   while (step.load() != 1) std::this_thread::yield();
+  std::vector<void*> freed = on_this_thread();
   size_t before = brisk_test::ResidentIn(freed, kCollectBlock);
   EXPECT_GE(before, freed.size() * kCollectBlock / 2);
   brisk_trim();
@@ -537,6 +540,31 @@ TEST_F(DebugMode, TrimReturnsTheFreePagesOfAnotherThreadsDebugHeap) {
   step.store(2);
   worker.join();
   EXPECT_LT(after, before / 16) << "resident KiB before " << (before >> 10) << ", after " << (after >> 10);
+}
+
+// brisk_trim gives back the free pages of every debug heap, here another (live) thread's.
+TEST_F(DebugMode, TrimReturnsTheFreePagesOfAnotherThreadsDebugHeap) {
+  std::vector<void*> freed;
+  ExpectTrimTakesBackWhileAWorkerLives([&] { freed = FreeDebugBlocksPastTheQuarantine(); }, [&] { return freed; });
+  EXPECT_EQ(ReportCount(), 0) << Reports();
+}
+
+// brisk_trim takes the frees queued to another thread's debug heap, as it does for thread heaps:
+// a worker's debug blocks, freed by this thread, leave this thread's quarantine and go to the
+// worker's queue; the worker does not allocate again, so nothing else drains it.
+TEST_F(DebugMode, TrimTakesTheFreesQueuedToAnotherThreadsDebugHeap) {
+  constexpr int kBlocks = 240;  // 24 MiB: the first 16 MiB leave this thread's 8 MiB shard
+  std::vector<void*> blocks;
+  ExpectTrimTakesBackWhileAWorkerLives(
+      [&] {
+        for (int i = 0; i < kBlocks; ++i) blocks.push_back(brisk_malloc(kCollectBlock));
+      },
+      [&] {
+        for (void* p : blocks) brisk_free(p);
+        blocks.resize(kBlocks / 2);
+        brisk_thread_collect();  // this thread's outgoing frees reach the worker's queue
+        return blocks;
+      });
   EXPECT_EQ(ReportCount(), 0) << Reports();
 }
 

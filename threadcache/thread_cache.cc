@@ -1,5 +1,7 @@
 // The thread cache's entry points for the layers above that are not fast paths: they find the
 // calling thread's heap in whichever state the thread is (no heap yet, attached, or exited).
+#include <atomic>
+
 #include "core/chunk.h"
 #include "core/large.h"
 #include "threadcache/background.h"
@@ -39,8 +41,14 @@ std::size_t thread_collect() {
 // use them without a lock. The sweep takes every chunk's free pages (chunk_purge_all).
 std::size_t process_trim() {
   std::size_t bytes = thread_collect();
-  for (Heap* h = all_heaps(); h != nullptr; h = h->all_next)
-    if (h != t_heap) reclaim_queued_frees(h);
+  // Debug heaps too: the blocks of one that other threads freed wait in its queue after their
+  // quarantine, and its owner may not allocate again. (Its own thread's was collected above.)
+  for (Heap* h = all_heaps(); h != nullptr; h = h->all_next) {
+    if (h == t_heap) continue;
+    reclaim_queued_frees(h);
+    Heap* d = std::atomic_ref<Heap*>(h->debug).load(std::memory_order_acquire);
+    if (d != nullptr) reclaim_queued_frees(d);
+  }
   bytes += chunk_purge_all();
   chunk_destroy_empty_abandoned();  // to the chunk cache, which goes next
   return bytes + chunk_cache_flush();
