@@ -43,7 +43,8 @@ DebugHeap* make_debug_heap() {
 
 DebugHeap* debug_heap_of(Heap* h) {
   BRISK_ASSERT(heap_is_attached(h) && !h->is_debug);
-  if (h->debug == nullptr) h->debug = make_debug_heap();
+  // Published with a release store: brisk_trim reads other heaps' debug heaps (process_trim).
+  if (h->debug == nullptr) std::atomic_ref<Heap*>(h->debug).store(make_debug_heap(), std::memory_order_release);
   return static_cast<DebugHeap*>(h->debug);
 }
 

@@ -16,8 +16,10 @@
 #include <thread>
 #include <vector>
 
+#include "core/chunk.h"
 #include "core/options.h"
 #include "debug/block.h"
+#include "threadcache/heap.h"
 #include "tests/test_util.h"
 
 namespace {
@@ -478,6 +480,91 @@ TEST_F(DebugMode, SwitchingWhileThreadsTradeBlocksLosesNothingAndReportsNothing)
   EXPECT_EQ(received.load(), static_cast<long>(kPairs) * kPerProducer);
   EXPECT_EQ(bad.load(), 0);
   EXPECT_EQ(brisk_check_heap(), 0);
+  EXPECT_EQ(ReportCount(), 0) << Reports();
+}
+
+// Debug blocks of 100 KiB (medium: a span each) made and freed by the calling thread, past the
+// quarantine (BRISK_DEBUG_QUARANTINE=64m in this test: 8 MiB per shard). Returns the oldest
+// half, whose memory left the quarantine long ago: free pages of the thread's debug heap,
+// resident (the freed pattern wrote them), left to the decay purge, which has not come yet.
+constexpr size_t kCollectBlock = 100 * 1024;
+std::vector<void*> FreeDebugBlocksPastTheQuarantine() {
+  constexpr int kBlocks = 240;  // 24 MiB
+  std::vector<void*> blocks;
+  for (int i = 0; i < kBlocks; ++i) {
+    void* p = brisk_malloc(kCollectBlock);
+    EXPECT_EQ(brisk_usable_size(p), kCollectBlock) << "a debug block";
+    blocks.push_back(p);
+  }
+  for (void* p : blocks) brisk_free(p);
+  blocks.resize(kBlocks / 2);  // 12 MiB; the newest 8 MiB are still in the quarantine
+  return blocks;
+}
+
+// brisk_thread_collect gives back the free pages of the calling thread's debug heap, as it does
+// its thread heap's: those of the chunks whose page owner it is (a heap also takes free pages of
+// other heaps' chunks, here other threads' debug heaps' from earlier tests, before mapping a new
+// one: collect leaves those to their owners and to brisk_trim, so they are not counted).
+TEST_F(DebugMode, ThreadCollectReturnsTheFreePagesOfTheThreadsDebugHeap) {
+  std::vector<void*> freed;
+  for (void* p : FreeDebugBlocksPastTheQuarantine()) {
+    brisk::Heap* owner = brisk::chunk_of(reinterpret_cast<uintptr_t>(p))->page_owner.load();
+    if (owner != nullptr && owner == brisk::t_heap->debug) freed.push_back(p);
+  }
+  ASSERT_GE(freed.size(), 20u) << "most blocks are in the debug heap's own chunks";
+  size_t before = brisk_test::ResidentIn(freed, kCollectBlock);
+  ASSERT_GE(before, freed.size() * kCollectBlock / 2);
+  brisk_thread_collect();
+  size_t after = brisk_test::ResidentIn(freed, kCollectBlock);
+  EXPECT_LT(after, before / 16) << "resident KiB before " << (before >> 10) << ", after " << (after >> 10);
+  EXPECT_EQ(ReportCount(), 0) << Reports();
+}
+
+// Runs in_worker on a new thread, then, while that thread lives on without allocating,
+// on_this_thread, which returns freed blocks of kCollectBlock bytes whose pages are resident:
+// brisk_trim must take them back.
+template <class InWorker, class OnThisThread>
+void ExpectTrimTakesBackWhileAWorkerLives(InWorker in_worker, OnThisThread on_this_thread) {
+  std::atomic<int> step{0};
+  std::thread worker([&] {
+    in_worker();
+    step.store(1);
+    while (step.load() != 2) std::this_thread::yield();
+  });
+  while (step.load() != 1) std::this_thread::yield();
+  std::vector<void*> freed = on_this_thread();
+  size_t before = brisk_test::ResidentIn(freed, kCollectBlock);
+  EXPECT_GE(before, freed.size() * kCollectBlock / 2);
+  brisk_trim();
+  size_t after = brisk_test::ResidentIn(freed, kCollectBlock);
+  step.store(2);
+  worker.join();
+  EXPECT_LT(after, before / 16) << "resident KiB before " << (before >> 10) << ", after " << (after >> 10);
+}
+
+// brisk_trim gives back the free pages of every debug heap, here another (live) thread's.
+TEST_F(DebugMode, TrimReturnsTheFreePagesOfAnotherThreadsDebugHeap) {
+  std::vector<void*> freed;
+  ExpectTrimTakesBackWhileAWorkerLives([&] { freed = FreeDebugBlocksPastTheQuarantine(); }, [&] { return freed; });
+  EXPECT_EQ(ReportCount(), 0) << Reports();
+}
+
+// brisk_trim takes the frees queued to another thread's debug heap, as it does for thread heaps:
+// a worker's debug blocks, freed by this thread, leave this thread's quarantine and go to the
+// worker's queue; the worker does not allocate again, so nothing else drains it.
+TEST_F(DebugMode, TrimTakesTheFreesQueuedToAnotherThreadsDebugHeap) {
+  constexpr int kBlocks = 240;  // 24 MiB: the first 16 MiB leave this thread's 8 MiB shard
+  std::vector<void*> blocks;
+  ExpectTrimTakesBackWhileAWorkerLives(
+      [&] {
+        for (int i = 0; i < kBlocks; ++i) blocks.push_back(brisk_malloc(kCollectBlock));
+      },
+      [&] {
+        for (void* p : blocks) brisk_free(p);
+        blocks.resize(kBlocks / 2);
+        brisk_thread_collect();  // this thread's outgoing frees reach the worker's queue
+        return blocks;
+      });
   EXPECT_EQ(ReportCount(), 0) << Reports();
 }
 

@@ -5,6 +5,7 @@
 
 #include <brisk/brisk.h>
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstddef>
@@ -124,6 +125,20 @@ inline size_t ResidentBytes() {
   int n = std::fscanf(f, "%lu %lu", &size, &resident);
   std::fclose(f);
   return n == 2 ? resident * static_cast<size_t>(sysconf(_SC_PAGESIZE)) : 0;
+}
+
+// Bytes of the blocks' pages that are resident; a page no longer mapped counts as not resident.
+inline size_t ResidentIn(const std::vector<void*>& blocks, size_t size) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> vec(size / page + 2);
+  size_t bytes = 0;
+  for (void* p : blocks) {
+    uintptr_t start = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
+    size_t len = reinterpret_cast<uintptr_t>(p) + size - start;
+    if (mincore(reinterpret_cast<void*>(start), len, vec.data()) != 0) continue;
+    for (size_t i = 0; i < (len + page - 1) / page; ++i) bytes += (vec[i] & 1) * page;
+  }
+  return bytes;
 }
 
 // Frees, with free_fn, every block but the first of each brisk chunk (4 MiB, 4 MiB-aligned), so

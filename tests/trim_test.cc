@@ -29,24 +29,11 @@ namespace {
 using brisk_test::Fill;
 using brisk_test::KeepOneBlockPerChunk;
 using brisk_test::ResidentBytes;
+using brisk_test::ResidentIn;
 using brisk_test::Stats;
 using brisk_test::Verify;
 
 constexpr size_t kMiB = size_t{1} << 20;
-
-// Bytes of the blocks' pages that are resident; a page no longer mapped counts as not resident.
-size_t ResidentIn(const std::vector<void*>& blocks, size_t size) {
-  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  std::vector<unsigned char> vec(size / page + 2);
-  size_t bytes = 0;
-  for (void* p : blocks) {
-    uintptr_t start = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
-    size_t len = reinterpret_cast<uintptr_t>(p) + size - start;
-    if (mincore(reinterpret_cast<void*>(start), len, vec.data()) != 0) continue;
-    for (size_t i = 0; i < (len + page - 1) / page; ++i) bytes += (vec[i] & 1) * page;
-  }
-  return bytes;
-}
 
 #ifdef BRISK_TEST_SANITIZED
 constexpr bool kCheckProcessResident = false;

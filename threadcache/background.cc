@@ -125,7 +125,8 @@ namespace {
 std::size_t reclaim_locked(Heap* h) {
   if (h->incoming.empty() || !h->slow_lock.try_lock()) return 0;
   std::size_t bytes = 0;
-  if (h->serving) {
+  // A debug heap never stops serving: it keeps its spans through the pool (debug_switch.h).
+  if (h->serving || h->is_debug) {
     Block* chain = h->incoming.take_all();
     // 1. Count the chain's blocks per span of h. A block beyond its span's carved part was
     // never handed out (a bad free the owner reports when it drains): its span is pinned, so a

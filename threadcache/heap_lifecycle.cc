@@ -146,6 +146,7 @@ void heap_detach(Heap* h) {
 void park_debug_heap(Heap* h) {
   Heap* d = h->debug;
   if (d == nullptr) return;
+  HeapSlowLock lock(d);  // brisk_trim may reclaim its queue meanwhile (reclaim_queued_frees)
   heap_drain_incoming(d);
   for (unsigned c = 0; c < kNumClasses; ++c) {
     Span* s = d->installed[c];

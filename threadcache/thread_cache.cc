@@ -1,5 +1,7 @@
 // The thread cache's entry points for the layers above that are not fast paths: they find the
 // calling thread's heap in whichever state the thread is (no heap yet, attached, or exited).
+#include <atomic>
+
 #include "core/chunk.h"
 #include "core/large.h"
 #include "threadcache/background.h"
@@ -17,9 +19,17 @@ void* alloc_medium_here(std::size_t size, bool zero) {
   return h != nullptr ? alloc_medium(h, size, zero) : nullptr;
 }
 
+// The thread's debug heap too (threadcache/debug_switch.h): its free pages are the calling
+// thread's as much as its thread heap's, and only its owner purges them (no other heap's decay
+// walks its chunks), so a thread done with debug mode would keep them until its next debug
+// block otherwise.
 std::size_t thread_collect() {
   Heap* h = t_heap;
-  if (heap_is_attached(h)) return heap_collect(h);
+  if (heap_is_attached(h)) {
+    std::size_t bytes = heap_collect(h);
+    if (h->debug != nullptr) bytes += heap_collect(h->debug);
+    return bytes;
+  }
   drain_orphans();
   return large_cache_flush();
 }
@@ -31,8 +41,14 @@ std::size_t thread_collect() {
 // use them without a lock. The sweep takes every chunk's free pages (chunk_purge_all).
 std::size_t process_trim() {
   std::size_t bytes = thread_collect();
-  for (Heap* h = all_heaps(); h != nullptr; h = h->all_next)
-    if (h != t_heap) reclaim_queued_frees(h);
+  // Debug heaps too: the blocks of one that other threads freed wait in its queue after their
+  // quarantine, and its owner may not allocate again. (Its own thread's was collected above.)
+  for (Heap* h = all_heaps(); h != nullptr; h = h->all_next) {
+    if (h == t_heap) continue;
+    reclaim_queued_frees(h);
+    Heap* d = std::atomic_ref<Heap*>(h->debug).load(std::memory_order_acquire);
+    if (d != nullptr) reclaim_queued_frees(d);
+  }
   bytes += chunk_purge_all();
   chunk_destroy_empty_abandoned();  // to the chunk cache, which goes next
   return bytes + chunk_cache_flush();

@@ -40,7 +40,7 @@ void* brisk_aligned_alloc(size_t alignment, size_t size);
 /* Bytes that may be used at ptr; >= the size requested. 0 for NULL. */
 size_t brisk_usable_size(const void* ptr);
 
-/* Returns this thread's cached free memory to the central pools and the OS. */
+/* Returns this thread's cached free memory (its debug heap's too) to the central pools and the OS. */
 void brisk_thread_collect(void);
 
 /* Returns every free page of the process to the OS now: this thread's caches (as
