@@ -9,7 +9,8 @@
 // Other threads read only the immutable geometry (start, block_size, span_bytes, reciprocal)
 // and the atomic owner, to route a free to the right owner; and the statistics reader
 // (threadcache/heap_stats.cc) reads kind, size_class, page_count, used and carved_bytes of any
-// span. Those five are therefore written only as relaxed atomics (store_shared, and
+// span, and block_size of a medium span (its usable size, which realloc changes in place).
+// Those are therefore written only as relaxed atomics (store_shared, and
 // span_used_increment / span_used_decrement on the fast paths) and read across threads only
 // with load_shared; their owner may read them plainly.
 #pragma once

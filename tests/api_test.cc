@@ -205,6 +205,27 @@ TEST(BriskApi, ReallocKeepsContents) {
   brisk_free(p);
 }
 
+// A medium block (64 KiB to 2 MiB) offers its request rounded to 16 bytes, not its 64 KiB
+// pages: a realloc that moves it copies that many bytes. Resizing within its pages keeps the
+// block in place and changes only the usable size.
+TEST(BriskApi, MediumUsableSizeIsTheRequest) {
+  constexpr size_t kPage = 64 << 10;
+  char* p = static_cast<char*>(brisk_malloc(Opaque(70001)));
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(brisk_usable_size(p), 70016u);
+  Fill(p, 70001, 5);
+  char* q = static_cast<char*>(brisk_realloc(p, Opaque(2 * kPage - 8)));  // the same two pages
+  ASSERT_EQ(q, p) << "a resize within the block's pages stays in place";
+  EXPECT_EQ(brisk_usable_size(q), 2 * kPage);
+  ASSERT_EQ(FirstMismatch(q, 70001, 5), SIZE_MAX);
+  Fill(q, 2 * kPage, 6);
+  q = static_cast<char*>(brisk_realloc(q, Opaque(kPage + 100)));
+  ASSERT_EQ(q, p);
+  EXPECT_EQ(brisk_usable_size(q), kPage + 112);
+  ASSERT_EQ(FirstMismatch(q, kPage + 100, 6), SIZE_MAX);
+  brisk_free(q);
+}
+
 TEST(BriskApi, ReallocNullAllocates) {
   void* p = brisk_realloc(nullptr, Opaque(100));
   ASSERT_NO_FATAL_FAILURE(CheckFreshBlock(p, 100, kMinAlign, 9));

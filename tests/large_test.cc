@@ -323,7 +323,9 @@ TEST(MediumRealloc, GrowsInPlaceIntoFreeNeighbourPages) {
   // And shrinks in place, giving pages back.
   auto* s = static_cast<unsigned char*>(brisk_realloc(p, 70 * 1024));
   EXPECT_EQ(s, original);
-  EXPECT_EQ(brisk_usable_size(s), 2 * kPageSize);
+  EXPECT_EQ(brisk_usable_size(s), 70 * 1024u);
+  EXPECT_EQ(chunk_of(reinterpret_cast<std::uintptr_t>(s))->span_of(reinterpret_cast<std::uintptr_t>(s))->page_count, 2u)
+      << "the pages past the new size went back to the chunk";
   EXPECT_EQ(s[70 * 1024 - 1], 0x3C);
   brisk_free(s);
 }

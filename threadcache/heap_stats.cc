@@ -52,10 +52,10 @@ void visit_chunk(Chunk* c, void* context) {
     std::uint64_t used = load_shared(s.used);
     Heap* owner = s.owner.load(std::memory_order_relaxed);
     if (kind == SpanKind::kMedium) {
-      std::uint64_t bytes = std::uint64_t{load_shared(s.page_count)} << kPageShift;
-      t.medium_bytes_in_use += bytes;
+      // In use: its usable size (medium.cc); resident: its pages.
+      t.medium_bytes_in_use += load_shared(s.block_size);
       ++t.medium_live_blocks;
-      t.resident_estimate += bytes;
+      t.resident_estimate += std::uint64_t{load_shared(s.page_count)} << kPageShift;
       continue;
     }
     unsigned cls = load_shared(s.size_class);

@@ -134,7 +134,7 @@ Span* span_new_small(Heap* h, unsigned c) {
   if (s == nullptr) return nullptr;
   store_shared(s->used, 0u);
   store_shared(s->carved_bytes, 0u);
-  s->block_size = info.size;
+  store_shared(s->block_size, info.size);  // read by the statistics while medium (span.h)
   s->span_bytes = info.capacity * info.size;
   s->reciprocal = info.reciprocal;
   store_shared(s->size_class, static_cast<std::uint8_t>(c));
