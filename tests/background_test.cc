@@ -213,7 +213,7 @@ TEST_F(Background, FreesQueuedToAnIdleThreadAreReclaimed) {
 TEST_F(Background, TrimTakesTheFreesQueuedToOtherThreads) {
   Passes(3, 1000);
   IdleWorkerWithQueuedFrees idle;
-  std::size_t resident = ResidentBytes();
+  [[maybe_unused]] std::size_t resident = ResidentBytes();
   EXPECT_GE(brisk_trim(), IdleWorkerWithQueuedFrees::kBytes * 3 / 4);
 #ifndef BRISK_TEST_SANITIZED
   EXPECT_LT(ResidentBytes(), resident - IdleWorkerWithQueuedFrees::kBytes * 3 / 4);

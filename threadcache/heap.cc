@@ -161,8 +161,7 @@ std::size_t heap_collect(Heap* h) {
       heap_release_span(h, s);
     }
   }
-  std::size_t bytes = heap_purge(h, 0);
-  return bytes + large_cache_flush();
+  return heap_purge(h, 0);
 }
 
 }  // namespace brisk

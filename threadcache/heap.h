@@ -251,7 +251,8 @@ void* alloc_with_borrowed_heap(Alloc alloc) {
   heap_give_back(h);
   return p;
 }
-std::size_t heap_collect(Heap* h);     // brisk_thread_collect; returns bytes given back to the OS
+std::size_t heap_collect(Heap* h);     // brisk_thread_collect's part for one heap (the large cache is
+                                       // flushed once by the caller); returns bytes given back to the OS
 LockCounts heap_pool_lock_counts();    // the pool of exited threads' heaps (brisk_get_lock_stats)
 // Re-reads the strategy's levers into h if the strategy changed since h last read them.
 void heap_refresh_levers_slow(Heap* h);

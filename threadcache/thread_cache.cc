@@ -28,7 +28,7 @@ std::size_t thread_collect() {
   if (heap_is_attached(h)) {
     std::size_t bytes = heap_collect(h);
     if (h->debug != nullptr) bytes += heap_collect(h->debug);
-    return bytes;
+    return bytes + large_cache_flush();
   }
   drain_orphans();
   return large_cache_flush();
