@@ -171,7 +171,8 @@ Chunk* chunk_create(Heap* owner);
 bool chunk_destroy(Chunk* c);
 // Claims n pages in a live chunk whose page owner is not h, resident pages first: a heap whose
 // own chunks are full uses the free pages of others' before mapping a new chunk.
-// resident_only: only runs of pages still resident.
+// resident_only: runs of pages still resident first (chunk_has_resident_run), then, if no
+// scanned chunk has one, any free run; otherwise any free run at once.
 Chunk* chunk_claim_shared(Heap* h, unsigned n, bool resident_only, unsigned* first, bool* zeroed);
 
 // Chunks whose page owner exited. Another heap adopts one before mapping a new chunk.

@@ -54,9 +54,9 @@ bool release_retained_fitting(Heap* h, unsigned pages);
 
 // Pages for a new span, from the first of: resident free pages in this heap's chunks; (for a
 // small span) those of an emptied span kept for another class; resident free pages in other
-// heaps' chunks; an abandoned chunk (adopted); any free pages in this heap's chunks, then
-// in others'; the same after taking the frees queued to other heaps; a new chunk. Resident
-// pages first everywhere, since a fresh page costs a fault;
+// heaps' chunks, else any free run in them; an abandoned chunk (adopted); any free pages in
+// this heap's chunks; the same after taking the frees queued to other heaps; a new chunk.
+// Resident pages first everywhere, since a fresh page costs a fault;
 // and other heaps' free pages before a new chunk, so free memory is not stranded in chunks
 // that only their own heap would reuse (the realloc-chain workload shows the difference in
 // resident memory).

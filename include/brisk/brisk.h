@@ -92,7 +92,8 @@ typedef struct brisk_stats {
   uint64_t bytes_in_use;         /* live blocks by usable size: small + medium + large, less
                                     remote_queued_bytes (freed, on their way to their span) */
   uint64_t small_bytes_in_use;   /* small blocks handed out and not yet back in their span */
-  uint64_t medium_bytes_in_use;  /* the same for medium blocks (whole 64 KiB pages) */
+  uint64_t medium_bytes_in_use;  /* the same for medium blocks, by usable size (the request
+                                    rounded up to 16 bytes; their pages count as resident) */
   uint64_t large_bytes_in_use;   /* usable bytes of live large blocks */
   uint64_t small_live_blocks;
   uint64_t medium_live_blocks;
