@@ -137,7 +137,7 @@ void forget_age(Chunk* c, std::uint64_t m) {
 
 }  // namespace
 
-unsigned chunk_claim_pages(Chunk* c, unsigned n, bool* zeroed) {
+unsigned chunk_claim_pages(Chunk* c, unsigned n, std::uint64_t* dirty_out) {
   std::uint64_t bits = c->free_pages.load(std::memory_order_acquire);
   for (;;) {
     // The run with the most pages freed recently and not purged: those are resident (often in
@@ -160,7 +160,7 @@ unsigned chunk_claim_pages(Chunk* c, unsigned n, bool* zeroed) {
       std::uint64_t was_dirty = c->dirty_pages.fetch_and(~m, std::memory_order_relaxed);
       c->lazy_pages.fetch_and(~m, std::memory_order_relaxed);
       forget_age(c, m);
-      if (zeroed != nullptr) *zeroed = (was_dirty & m) == 0;
+      if (dirty_out != nullptr) *dirty_out = (was_dirty & m) >> first;
       return first;
     }
   }
@@ -247,7 +247,7 @@ void registry_remove_locked(Chunk* c) {
 
 }  // namespace
 
-Chunk* chunk_claim_shared(Heap* h, unsigned n, bool resident_only, unsigned* first, bool* zeroed) {
+Chunk* chunk_claim_shared(Heap* h, unsigned n, bool resident_only, unsigned* first, std::uint64_t* dirty) {
   SharedLockGuard g(g_registry_lock);
   for (int pass = resident_only ? 0 : 1; pass < 2; ++pass) {
     unsigned scanned = 0;
@@ -256,7 +256,7 @@ Chunk* chunk_claim_shared(Heap* h, unsigned n, bool resident_only, unsigned* fir
       if (pass == 0 ? !chunk_has_resident_run(c, n)
                     : run_starts(c->free_pages.load(std::memory_order_relaxed), n) == 0)
         continue;
-      unsigned f = chunk_claim_pages(c, n, zeroed);
+      unsigned f = chunk_claim_pages(c, n, dirty);
       if (f != 0) {
         *first = f;
         return c;

@@ -129,10 +129,10 @@ void chunk_list_remove(Chunk*& head, Chunk* c);
 
 // Claims n consecutive free pages (the page owner, or another heap through chunk_claim_shared).
 // Returns the first page index, or 0.
-// Prefers the run with the most pages still resident from an earlier use; *zeroed, if given, tells whether all n
-// read as zeros (never used since the chunk was mapped, or purged), from the dirty bits the
-// claim itself cleared.
-unsigned chunk_claim_pages(Chunk* c, unsigned n, bool* zeroed = nullptr);
+// Prefers the run with the most pages still resident from an earlier use. *dirty, if given: the
+// claimed pages that may hold old data (bit i for page first + i), from the dirty bits the claim
+// itself cleared; 0: all n read as zeros (never used since the chunk was mapped, or purged).
+unsigned chunk_claim_pages(Chunk* c, unsigned n, std::uint64_t* dirty = nullptr);
 // True if the chunk has a free run of n pages that are still resident, or, for runs of 4 pages
 // or more, at least half resident.
 bool chunk_has_resident_run(Chunk* c, unsigned n);
@@ -173,7 +173,7 @@ bool chunk_destroy(Chunk* c);
 // own chunks are full uses the free pages of others' before mapping a new chunk.
 // resident_only: runs of pages still resident first (chunk_has_resident_run), then, if no
 // scanned chunk has one, any free run; otherwise any free run at once.
-Chunk* chunk_claim_shared(Heap* h, unsigned n, bool resident_only, unsigned* first, bool* zeroed);
+Chunk* chunk_claim_shared(Heap* h, unsigned n, bool resident_only, unsigned* first, std::uint64_t* dirty);
 
 // Chunks whose page owner exited. Another heap adopts one before mapping a new chunk.
 void chunk_abandon(Chunk* c);

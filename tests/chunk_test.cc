@@ -76,9 +76,9 @@ TEST(Chunk, ClaimPrefersTheRunWithTheMostResidentPages) {
   ASSERT_EQ(chunk_purge(c, ((std::uint64_t{1} << 10) - 1) << 1), 10 * kPageSize);
   EXPECT_TRUE(chunk_has_resident_run(c, 10)) << "pages 14-23: 8 of 10 resident";
   EXPECT_FALSE(chunk_has_resident_run(c, 20)) << "no run of 20 has 10 resident pages";
-  bool zeroed = true;
-  ASSERT_EQ(chunk_claim_pages(c, 10, &zeroed), high) << "the lowest run, 1-10, has no resident page";
-  EXPECT_FALSE(zeroed);
+  std::uint64_t dirty = 0;
+  ASSERT_EQ(chunk_claim_pages(c, 10, &dirty), high) << "the lowest run, 1-10, has no resident page";
+  EXPECT_EQ(dirty, 0xffu) << "pages 14-21 of the run 14-23 held data";
   chunk_release_pages(c, wall, 1);
   EXPECT_TRUE(chunk_release_pages(c, high, 10));
   chunk_destroy(c);
@@ -174,22 +174,22 @@ TEST(Chunk, ClaimSaysZeroedOnlyForPagesThatReadAsZeros) {
   Chunk* c = chunk_create(nullptr);
   ASSERT_NE(c, nullptr);
   // Control: fresh pages, nothing in between: zeroed, and they are.
-  bool zeroed = false;
-  unsigned clean = chunk_claim_pages(c, 2, &zeroed);
+  std::uint64_t dirty = ~std::uint64_t{0};
+  unsigned clean = chunk_claim_pages(c, 2, &dirty);
   ASSERT_NE(clean, 0u);
-  EXPECT_TRUE(zeroed) << "pages never used since the chunk was mapped read as zeros";
+  EXPECT_EQ(dirty, 0u) << "pages never used since the chunk was mapped read as zeros";
   EXPECT_EQ(NonZeroBytes(c->page_address(clean), 2 * kPageSize), 0u);
 
   g_interleaved_runs = 0;
   g_chunk_claim_test_hook.store(ClaimWriteRelease);
-  zeroed = true;
-  unsigned first = chunk_claim_pages(c, 2, &zeroed);
+  dirty = 0;
+  unsigned first = chunk_claim_pages(c, 2, &dirty);
   g_chunk_claim_test_hook.store(nullptr);
   ASSERT_EQ(g_interleaved_runs, 1);
   ASSERT_NE(first, 0u);
   std::size_t dirty_bytes = NonZeroBytes(c->page_address(first), 2 * kPageSize);
   EXPECT_GT(dirty_bytes, 0u) << "the interleaved claim wrote the same pages";
-  EXPECT_FALSE(zeroed) << dirty_bytes << " non-zero bytes in pages the claim called zeroed";
+  EXPECT_NE(dirty, 0u) << dirty_bytes << " non-zero bytes in pages the claim called zeroed";
   chunk_release_pages(c, clean, 2);
   EXPECT_TRUE(chunk_release_pages(c, first, 2));
   chunk_destroy(c);
@@ -230,19 +230,19 @@ TEST(ChunkLazyPurge, LazyPagesStayDirtyAreSkippedByTheNextLazyPurgeAndTakenByAnE
   std::uint64_t run = ((std::uint64_t{1} << 4) - 1) << first;
   EXPECT_EQ(chunk_purge(c, run, true), 4 * kPageSize);
   EXPECT_EQ(chunk_purge(c, run, true), 0u) << "given back lazily already";
-  bool zeroed = true;
+  std::uint64_t dirty = 0;
   ASSERT_EQ(chunk_claim_pages_at(c, first, 4), true);
   chunk_release_pages(c, first, 4);  // claimed and released again: dirty, not lazy
   EXPECT_EQ(chunk_purge(c, run, true), 4 * kPageSize) << "a claim clears the lazy bits";
-  unsigned again = chunk_claim_pages(c, 4, &zeroed);
+  unsigned again = chunk_claim_pages(c, 4, &dirty);
   ASSERT_EQ(again, first);
-  EXPECT_FALSE(zeroed) << "lazily freed pages may still hold old data";
+  EXPECT_EQ(dirty, 0xfu) << "lazily freed pages may still hold old data";
   chunk_release_pages(c, first, 4);
   chunk_purge(c, run, true);
   EXPECT_EQ(chunk_purge(c, run, false), 4 * kPageSize) << "an eager purge takes lazy pages too";
-  again = chunk_claim_pages(c, 4, &zeroed);
+  again = chunk_claim_pages(c, 4, &dirty);
   ASSERT_EQ(again, first);
-  EXPECT_TRUE(zeroed);
+  EXPECT_EQ(dirty, 0u);
   EXPECT_EQ(c->page_address(first)[123], 0);
   chunk_release_pages(c, first, 4);
   EXPECT_TRUE(chunk_destroy(c));

@@ -12,6 +12,7 @@
 #include "core/chunk.h"
 #include "core/config.h"
 #include "core/size_class.h"
+#include "tests/test_util.h"
 #include "threadcache/heap.h"
 
 namespace brisk {
@@ -179,6 +180,39 @@ TEST(Span, LowMemoryReleasesTheSpanKeptLongestWhenTheKeptCarvedBytesPassTheBudge
     EXPECT_EQ(t_heap->installed[size_to_class(kSizes[0])], &g_empty_span) << "the first span is still kept";
     EXPECT_EQ(t_heap->installed[size_to_class(kSizes[1])], spans[1]);
     EXPECT_EQ(t_heap->installed[size_to_class(kSizes[2])], spans[2]);
+  }).join();
+}
+
+
+// A new small span claims whole 64 KiB pages, resident ones first, and carves one OS page at a
+// time. In low-memory mode (BRISK_PURGE_SPAN_TAILS) the pages its first carve does not reach go
+// back to the OS when they held data, instead of staying resident for a class that may never
+// need them; the span still serves every block, on zeroed pages.
+TEST(Span, LowMemoryGivesBackTheResidentPagesPastANewSmallSpansFirstCarve) {
+  LowMemoryMode low;
+  std::thread([] {
+    // A fresh thread's chunk: a medium block touched whole and freed leaves its two pages free
+    // and resident, the only resident free run, so the next new span takes them.
+    constexpr std::size_t kMedium = 2 * kPageSize - 4096;
+    void* m = brisk_malloc(kMedium);
+    ASSERT_NE(m, nullptr);
+    std::memset(m, 0x77, kMedium);
+    brisk_free(m);
+    void* b = brisk_malloc(48);
+    Span* s = span_of(b);
+    ASSERT_EQ(s->kind, SpanKind::kSmall);
+    ASSERT_EQ(s->start, m) << "the new span did not take the freed resident pages";
+    char* tail = s->start + kOsPageSize;
+    std::size_t tail_bytes = (std::size_t{s->page_count} << kPageShift) - kOsPageSize;
+    EXPECT_EQ(brisk_test::ResidentIn({tail}, tail_bytes), 0u) << "the span's uncarved pages stayed resident";
+    // Every block of the span still works, on pages that read as zeros past the first.
+    std::vector<void*> blocks{b};
+    while (blocks.size() < kClasses[size_to_class(48)].capacity) blocks.push_back(brisk_malloc(48));
+    for (void* p : blocks) {
+      ASSERT_EQ(span_of(p), s);
+      std::memset(p, 0x11, 48);
+    }
+    for (void* p : blocks) brisk_free(p);
   }).join();
 }
 

@@ -31,7 +31,7 @@ void set_medium_geometry(Span* s, unsigned pages, std::size_t size) {
 
 void* alloc_medium(Heap* h, std::size_t size, bool zero) {
   unsigned pages = pages_for(size);
-  bool zeroed = false;
+  std::uint64_t dirty = ~std::uint64_t{0};
   Span* s;
   {
     // Not held over the memset below: its page faults would keep the lock for hundreds of
@@ -39,7 +39,7 @@ void* alloc_medium(Heap* h, std::size_t size, bool zero) {
     // (free_remote_medium).
     HeapSlowLock lock(h);
     if (!h->incoming.empty()) heap_drain_incoming(h);
-    s = span_create(h, pages, &zeroed);
+    s = span_create(h, pages, &dirty);
     if (s == nullptr) return nullptr;
     set_medium_geometry(s, pages, size);
     store_shared(s->used, 1u);
@@ -49,7 +49,7 @@ void* alloc_medium(Heap* h, std::size_t size, bool zero) {
     heap_link_span(h, s);
   }
   auto* b = reinterpret_cast<Block*>(s->start);
-  if (zero && !zeroed) {
+  if (zero && dirty != 0) {
     std::memset(b, 0, size);
   } else {
     b->key = 0;

@@ -4,6 +4,7 @@
 
 #include "core/assert.h"
 #include "core/options.h"
+#include "core/platform.h"
 #include "threadcache/background.h"
 #include "threadcache/purge.h"
 
@@ -60,14 +61,14 @@ bool release_retained_fitting(Heap* h, unsigned pages);
 // and other heaps' free pages before a new chunk, so free memory is not stranded in chunks
 // that only their own heap would reuse (the realloc-chain workload shows the difference in
 // resident memory).
-Chunk* claim_pages_for_span(Heap* h, unsigned pages, bool small, unsigned* first_out, bool* zeroed) {
+Chunk* claim_pages_for_span(Heap* h, unsigned pages, bool small, unsigned* first_out, std::uint64_t* dirty) {
   Chunk* ch = nullptr;
   unsigned first = 0;
   auto claim_own = [&](bool resident_only) {
     for (Chunk* c = h->chunks; c != nullptr; c = c->next) {
       if (c->free_pages.load(std::memory_order_relaxed) == 0) continue;
       if (resident_only && !chunk_has_resident_run(c, pages)) continue;
-      first = chunk_claim_pages(c, pages, zeroed);
+      first = chunk_claim_pages(c, pages, dirty);
       if (first != 0) return c;
     }
     return static_cast<Chunk*>(nullptr);
@@ -79,23 +80,23 @@ Chunk* claim_pages_for_span(Heap* h, unsigned pages, bool small, unsigned* first
   // fresh ones). Not for medium blocks: they would take kept spans one after another, and each
   // class whose span went would then need new pages itself.
   if (ch == nullptr && small && release_retained_fitting(h, pages)) ch = claim_own(true);
-  if (ch == nullptr) ch = chunk_claim_shared(h, pages, true, &first, zeroed);
+  if (ch == nullptr) ch = chunk_claim_shared(h, pages, true, &first, dirty);
   if (ch == nullptr) {
     Chunk* c = chunk_adopt(h);
     if (c != nullptr) {
       chunk_list_push(h->chunks, c);
-      first = chunk_claim_pages(c, pages, zeroed);
+      first = chunk_claim_pages(c, pages, dirty);
       if (first != 0) ch = c;
     }
   }
   if (ch == nullptr) ch = claim_own(false);
-  if (ch == nullptr) ch = chunk_claim_shared(h, pages, false, &first, zeroed);
+  if (ch == nullptr) ch = chunk_claim_shared(h, pages, false, &first, dirty);
   // Before the process grows: blocks freed by other threads and queued to an owner that is not
   // running (blocked, or descheduled on a machine with more threads than cores) may fill whole
   // spans. On mstress (10 threads, 2 cores) taking them here cut page faults by a third.
   if (ch == nullptr && reclaim_other_queues(h) != 0) {
     ch = claim_own(false);
-    if (ch == nullptr) ch = chunk_claim_shared(h, pages, false, &first, zeroed);
+    if (ch == nullptr) ch = chunk_claim_shared(h, pages, false, &first, dirty);
   }
   if (ch == nullptr) {
     Chunk* c = chunk_create(h);
@@ -103,7 +104,7 @@ Chunk* claim_pages_for_span(Heap* h, unsigned pages, bool small, unsigned* first
     chunk_list_push(h->chunks, c);
     // The new chunk is visible to other heaps already; in the rare case they took its pages,
     // the caller tries again.
-    first = chunk_claim_pages(c, pages, zeroed);
+    first = chunk_claim_pages(c, pages, dirty);
     if (first != 0) ch = c;
   }
   *first_out = first;
@@ -112,10 +113,10 @@ Chunk* claim_pages_for_span(Heap* h, unsigned pages, bool small, unsigned* first
 
 }  // namespace
 
-Span* span_create(Heap* h, unsigned pages, bool* zeroed, bool small) {
+Span* span_create(Heap* h, unsigned pages, std::uint64_t* dirty, bool small) {
   unsigned first = 0;
   Chunk* ch = nullptr;
-  for (int attempt = 0; attempt < 4 && ch == nullptr; ++attempt) ch = claim_pages_for_span(h, pages, small, &first, zeroed);
+  for (int attempt = 0; attempt < 4 && ch == nullptr; ++attempt) ch = claim_pages_for_span(h, pages, small, &first, dirty);
   if (ch == nullptr) return nullptr;
   Span* s = &ch->spans[first];
   s->first_page = static_cast<std::uint8_t>(first);
@@ -128,10 +129,29 @@ Span* span_create(Heap* h, unsigned pages, bool* zeroed, bool small) {
   return s;
 }
 
+namespace {
+
+// The pages of a new small span past what its first carve touches (the OS page of its first
+// block, or the block) go back to the OS if any of them held data (BRISK_PURGE_SPAN_TAILS). Sound
+// without a lock: nothing is carved there yet, and the span is not yet installed or published.
+void purge_span_tail(Span* s, const SizeClassInfo& info, std::uint64_t dirty) {
+  auto start = reinterpret_cast<std::uintptr_t>(s->start);
+  std::uintptr_t from = (start + info.size + kOsPageSize - 1) & ~(kOsPageSize - 1);
+  std::uintptr_t end = start + (std::size_t{info.span_pages} << kPageShift);
+  if (from >= end) return;
+  unsigned first_page = static_cast<unsigned>((from - start) >> kPageShift);  // 64 KiB page of `from`
+  if ((dirty >> first_page) == 0) return;  // the tail never held data: it is not resident
+  platform::decommit(reinterpret_cast<void*>(from), end - from);
+}
+
+}  // namespace
+
 Span* span_new_small(Heap* h, unsigned c) {
   const SizeClassInfo& info = kClasses[c];
-  Span* s = span_create(h, info.span_pages, nullptr, true);
+  std::uint64_t dirty = 0;
+  Span* s = span_create(h, info.span_pages, &dirty, true);
   if (s == nullptr) return nullptr;
+  if (dirty != 0 && options::get(options::Id::kPurgeSpanTails) != 0) purge_span_tail(s, info, dirty);
   store_shared(s->used, 0u);
   store_shared(s->carved_bytes, 0u);
   store_shared(s->block_size, info.size);  // read by the statistics while medium (span.h)

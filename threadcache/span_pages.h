@@ -12,9 +12,10 @@
 namespace brisk {
 
 // A span of `pages` pages with its descriptor set up (pages and start), not yet given a kind or
-// an owner. zeroed (optional): set to whether every page reads as zeros. nullptr: no memory.
+// an owner. dirty (optional): set to the pages that may hold old data, bit i for the span's page
+// i (0: every page reads as zeros). nullptr: no memory.
 // small: for a small class (may take the pages of a span kept empty for another class).
-Span* span_create(Heap* h, unsigned pages, bool* zeroed = nullptr, bool small = false);
+Span* span_create(Heap* h, unsigned pages, std::uint64_t* dirty = nullptr, bool small = false);
 // A fresh span of small class c owned by h, with nothing carved yet.
 Span* span_new_small(Heap* h, unsigned c);
 void carve(Span* s);                       // cuts the next OS page of s into free blocks
