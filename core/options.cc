@@ -68,7 +68,7 @@ constexpr Option kTable[] = {
     {Id::kPurgeReused, "BRISK_PURGE_REUSED", {0, 0, 1}, 0, 1},
     // A small span is carved one OS page at a time, but claims whole 64 KiB pages, resident ones
     // first (no fault); what it has not carved yet no other span or block can use. With a span
-    // per class per thread and few blocks in each, that was 20-54 MiB of the realloc-chain and
+    // per class per thread and few blocks in each, that was 17-54 MiB of the realloc-chain and
     // producer/consumer workloads' peaks (at 115-150 MiB). Giving it back at once costs a madvise
     // per such span and a fault for each page carved later: low-memory's trade only (README
     // "What each mode costs and saves" has the numbers).
