@@ -36,6 +36,7 @@ enum class Id : unsigned {
   kRetainedBytes,     // BRISK_RETAINED_BYTES: carved bytes of the multi-page spans a thread keeps emptied
   kPurgeReused,       // BRISK_PURGE_REUSED: 1: a decay purge also takes pages used since its previous check
   kPurgeSpanTails,    // BRISK_PURGE_SPAN_TAILS: 1: a new small span gives back the resident pages past its first carve
+  kMediumMax,         // BRISK_MEDIUM_MAX: blocks above it (up to kMediumMax) are large blocks, not chunk page runs
   kCount
 };
 

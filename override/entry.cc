@@ -11,6 +11,7 @@
 
 #include "core/central_pool.h"
 #include "core/large.h"
+#include "core/options.h"
 #include "core/report.h"
 #include "core/stats.h"
 #include "debug/block.h"
@@ -42,6 +43,16 @@ void* move_block(void* p, std::size_t old_usable, std::size_t size) {
 
 }  // namespace
 
+namespace {
+
+// The largest medium block, a strategy lever (BRISK_MEDIUM_MAX) within the compile-time bound;
+// read on every allocation above kSmallMax, as cheap as the lever reads of the slow paths.
+std::size_t medium_max() {
+  return static_cast<std::size_t>(options::get(options::Id::kMediumMax));
+}
+
+}  // namespace
+
 void* alloc_big(std::size_t size, std::size_t alignment, bool zero) {
   if (BRISK_UNLIKELY(size > static_cast<std::size_t>(PTRDIFF_MAX))) {
     errno = ENOMEM;
@@ -49,8 +60,8 @@ void* alloc_big(std::size_t size, std::size_t alignment, bool zero) {
   }
   if (BRISK_UNLIKELY(debug_mode_on()) && alignment <= debug::kMaxAlignment)
     return debug::allocate(size, alignment, debug::t_alloc_kind, zero);
-  void* p = size <= kMediumMax && alignment <= kPageSize ? alloc_medium_here(size, zero)
-                                                         : large_alloc(size, alignment, zero);
+  void* p = size <= medium_max() && alignment <= kPageSize ? alloc_medium_here(size, zero)
+                                                           : large_alloc(size, alignment, zero);
   if (p == nullptr) errno = ENOMEM;
   return p;
 }
@@ -117,12 +128,12 @@ void* realloc_impl(void* p, std::size_t size) {
     return move_block(p, usable, size);
   }
   if (s != nullptr) {  // medium: grow into or shrink from the neighbouring pages
-    if (size > kSmallMax && size <= kMediumMax && medium_resize_in_place(s, size))
+    if (size > kSmallMax && size <= medium_max() && medium_resize_in_place(s, size))
       return p;
     if (size <= usable && size > kSmallMax) return p;
     return move_block(p, usable, size);
   }
-  if (size > kMediumMax) {
+  if (size > medium_max()) {
     void* q = large_realloc(p, lh, size);
     if (q != nullptr) return q;
   }

@@ -105,8 +105,10 @@ std::size_t OwnPurge() {
 
 // A medium block freed, a check, the same pages claimed, written and freed again: returns what
 // the check after that purges.
+constexpr std::size_t kReusedSize = 512 * 1024;  // a medium block in every mode: its own pages
+
 std::size_t PurgedAfterReuseBetweenChecks() {
-  constexpr std::size_t kSize = std::size_t{1} << 20;  // a medium block: its own pages
+  constexpr std::size_t kSize = kReusedSize;
   brisk_free(brisk_malloc(16));  // this thread has a heap
   OwnPurge();
   OwnPurge();  // whatever earlier tests left free is purged now: nothing is aged
@@ -123,7 +125,7 @@ std::size_t PurgedAfterReuseBetweenChecks() {
 
 TEST_F(Background, OwnPurgeSparesPagesClaimedAndFreedAgainSinceItsLastCheck) {
   EXPECT_EQ(PurgedAfterReuseBetweenChecks(), 0u) << "pages used since the last check were purged";
-  EXPECT_GE(OwnPurge(), std::size_t{1} << 20) << "pages free at two checks were kept";
+  EXPECT_GE(OwnPurge(), kReusedSize) << "pages free at two checks were kept";
 }
 
 // Low-memory mode (BRISK_PURGE_REUSED=1) gives back pages free at both checks even when they
@@ -131,7 +133,7 @@ TEST_F(Background, OwnPurgeSparesPagesClaimedAndFreedAgainSinceItsLastCheck) {
 TEST_F(Background, LowMemoryPurgesPagesFreeAtTwoChecksEvenIfUsedInBetween) {
   brisk_strategy before = brisk_get_strategy();
   brisk_set_strategy(BRISK_STRATEGY_LOW_MEMORY);
-  EXPECT_GE(PurgedAfterReuseBetweenChecks(), std::size_t{1} << 20) << "pages reused in between were spared";
+  EXPECT_GE(PurgedAfterReuseBetweenChecks(), kReusedSize) << "pages reused in between were spared";
   brisk_set_strategy(before);
 }
 

@@ -344,5 +344,39 @@ TEST(MediumRealloc, MovesWhenTheNeighbourIsTaken) {
   brisk_free(c);
 }
 
+
+// BRISK_MEDIUM_MAX (2m balanced, 512k low-memory): a block above it is a mapping of its own, so a
+// big block does not need a long run of free pages in a chunk. Switching moves the next
+// allocation; realloc across the limit moves a block, keeping its contents, and a large block
+// grows as a large block.
+TEST(MediumMax, LowMemoryMakesBlocksAbove512KiBLargeAndReallocCrossesTheLimit) {
+  const brisk_strategy before = brisk_get_strategy();
+  brisk_set_strategy(BRISK_STRATEGY_BALANCED);
+  void* m = brisk_malloc(1 << 20);
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(region_kind(reinterpret_cast<std::uintptr_t>(m)), kRegionChunk) << "balanced: 1 MiB is medium";
+  brisk_set_strategy(BRISK_STRATEGY_LOW_MEMORY);
+  void* l = brisk_malloc(1 << 20);
+  ASSERT_NE(l, nullptr);
+  EXPECT_TRUE(region_is_large(region_kind(reinterpret_cast<std::uintptr_t>(l)))) << "low-memory: 1 MiB is large";
+  void* at_limit = brisk_malloc(512 * 1024);
+  EXPECT_EQ(region_kind(reinterpret_cast<std::uintptr_t>(at_limit)), kRegionChunk) << "512 KiB is still medium";
+  auto* r = static_cast<unsigned char*>(brisk_malloc(300 * 1024));
+  ASSERT_NE(r, nullptr);
+  for (std::size_t i = 0; i < 300 * 1024; ++i) r[i] = static_cast<unsigned char>(i * 7);
+  r = static_cast<unsigned char*>(brisk_realloc(r, 700 * 1024));
+  ASSERT_NE(r, nullptr);
+  EXPECT_TRUE(region_is_large(region_kind(reinterpret_cast<std::uintptr_t>(r)))) << "grown past the limit";
+  r = static_cast<unsigned char*>(brisk_realloc(r, 900 * 1024));
+  ASSERT_NE(r, nullptr);
+  EXPECT_TRUE(region_is_large(region_kind(reinterpret_cast<std::uintptr_t>(r))));
+  for (std::size_t i = 0; i < 300 * 1024; ++i) ASSERT_EQ(r[i], static_cast<unsigned char>(i * 7)) << i;
+  brisk_set_strategy(before);
+  brisk_free(m);
+  brisk_free(l);
+  brisk_free(at_limit);
+  brisk_free(r);
+}
+
 }  // namespace
 }  // namespace brisk
