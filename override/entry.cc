@@ -41,10 +41,6 @@ void* move_block(void* p, std::size_t old_usable, std::size_t size) {
   return q;
 }
 
-}  // namespace
-
-namespace {
-
 // The largest medium block, a strategy lever (BRISK_MEDIUM_MAX) within the compile-time bound;
 // read on every allocation above kSmallMax, as cheap as the lever reads of the slow paths.
 std::size_t medium_max() {
