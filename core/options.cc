@@ -71,7 +71,7 @@ constexpr Option kTable[] = {
     // per class per thread and few blocks in each, that was 17-54 MiB of the realloc-chain and
     // producer/consumer workloads' peaks (at 115-150 MiB). Giving it back at once costs a madvise
     // per such span and a fault for each page carved later: low-memory's trade only (README
-    // "What each mode costs and saves" has the numbers).
+    // "Returning memory", span tails, has the numbers).
     {Id::kPurgeSpanTails, "BRISK_PURGE_SPAN_TAILS", {0, 0, 1}, 0, 1},
     // Medium blocks are page runs inside 4 MiB chunks: a block of up to 2 MiB needs that many
     // free pages in a row in one chunk, and on the producer/consumer and realloc-chain workloads
