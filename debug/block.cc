@@ -146,6 +146,7 @@ Header* header_of(const void* p, bool* in_debug_memory, DebugHeap** heap) {
 }
 
 constexpr const char* kDamagedHeader = "damaged header (an underrun, or a write through a stale pointer)";
+constexpr const char* kWriteAfterFreeFound = "write after free (found by brisk_check_heap)";
 
 // The debug heap whose live_lock guards block h, read where the program cannot have damaged it
 // when possible: for a block in a chunk, its span's owner (the debug heap that made it, since a
@@ -350,8 +351,10 @@ void leave_quarantine(Header* h) {
 }
 
 // out holds n blocks that push or take_excess took out, with room for kEvictBatch: only a full
-// batch can leave more behind, so only then is the shard's lock taken again.
-constexpr std::size_t kEvictBatch = 16;
+// batch can leave more behind, so only then is the shard's lock taken again. Room for a debug
+// heap's whole batch and one more block (release): push takes out up to one block per block.
+constexpr std::size_t kEvictBatch = 32;
+static_assert(kEvictBatch >= DebugHeap::kFreedBatch + 1);
 void drain_evicted(QuarantinedBlock* out, std::size_t n) {
   for (;;) {
     for (std::size_t i = 0; i < n; ++i) leave_quarantine(static_cast<Header*>(out[i].block));
@@ -501,13 +504,44 @@ void mark_freed(DebugHeap* d, Header* h, std::uint32_t stack, State state) {
   seal(h);
 }
 
-// A block marked kQuarantined, in no list yet: its freed pattern, then the quarantine (and out
-// of it, the blocks it pushes out).
+// What a quarantined block counts against the quarantine's budget.
+QuarantinedBlock quarantined(Header* h) { return {h, h->user_size + kHeaderBytes + kGuardBytes}; }
+
+// Blocks marked kQuarantined and filled with the freed pattern, oldest first, into the
+// quarantine, and out of it the blocks they push out.
+void push_to_quarantine(const QuarantinedBlock* blocks, std::size_t n) {
+  QuarantinedBlock evicted[kEvictBatch];
+  drain_evicted(evicted, g_quarantine.push(blocks, n, evicted, kEvictBatch));
+}
+
+// A block marked kQuarantined, in no list yet: its freed pattern, then the quarantine.
 void enter_quarantine(Header* h) {
   fill_user(h, kFreedByte);
-  QuarantinedBlock evicted[kEvictBatch];
-  std::size_t bytes = h->user_size + kHeaderBytes + kGuardBytes;
-  drain_evicted(evicted, g_quarantine.push(h, bytes, evicted, kEvictBatch));
+  const QuarantinedBlock b = quarantined(h);
+  push_to_quarantine(&b, 1);
+}
+
+// Blocks up to this user size wait in their debug heap's batch (DebugHeap::freed) before the
+// quarantine, filled under its lock: at most 16 x 1 KiB (plus headers) per heap outside the
+// quarantine's budget, and a fill short enough to hold the lock for.
+constexpr std::size_t kBatchedMax = 1024;
+
+// Under d->live_lock, for h, a block of d just marked kQuarantined: fills it and adds it to d's
+// batch when it is small (and the quarantine is on), returning true; else false, and h is for
+// enter_quarantine's path. *out, *n: the batch, taken out of d, when it is full or h is not
+// batched (so that h follows the blocks freed before it into the quarantine).
+bool batch_freed(DebugHeap* d, Header* h, QuarantinedBlock* out, std::size_t* n) {
+  BRISK_ASSERT(d->live_lock.is_locked() && h->state == State::kQuarantined);
+  bool batched = h->user_size <= kBatchedMax && g_quarantine.shard_budget() != 0;
+  if (batched) {
+    fill_user(h, kFreedByte);
+    d->freed[d->freed_count++] = quarantined(h);
+    if (d->freed_count < DebugHeap::kFreedBatch) return true;
+  }
+  *n = d->freed_count;
+  for (unsigned i = 0; i < d->freed_count; ++i) out[i] = d->freed[i];
+  d->freed_count = 0;
+  return batched;
 }
 
 }  // namespace
@@ -528,6 +562,9 @@ bool release(void* p, Kind kind, std::size_t sized) {
   std::uint32_t stack = capture(0);
   Snapshot s;
   bool keep = false;  // a double free, or a damaged block: it does not go to the quarantine
+  bool batched = false;
+  QuarantinedBlock out[DebugHeap::kFreedBatch + 1];  // d's batch, taken out, then h unless batched
+  std::size_t n = 0;
   {
     LockGuard g(d->live_lock);
     FillDamage damage;
@@ -544,11 +581,16 @@ bool release(void* p, Kind kind, std::size_t sized) {
         misuse = "sized free with a size that is not the block's";
       mark_freed(d, h, stack, State::kQuarantined);
       if (misuse != nullptr) take_snapshot(&s, misuse, h, nullptr);
+      else batched = batch_freed(d, h, out, &n);
     }
   }
   if (s.problem != nullptr) problem_found(s);
   if (keep) return true;
-  enter_quarantine(h);
+  if (!batched) {
+    fill_user(h, kFreedByte);
+    out[n++] = quarantined(h);
+  }
+  if (n > 0) push_to_quarantine(out, n);
   return true;
 }
 
@@ -621,7 +663,7 @@ int check_block(const void* p) {
     if (h->state == State::kLive) {
       if (const char* problem = damage_of(h, &damage)) take_snapshot(&s, problem, h, &damage);
     } else if (h->state == State::kQuarantined && !freed_pattern_intact(h, &damage)) {
-      take_snapshot(&s, "write after free (found by brisk_check_heap)", h, &damage);
+      take_snapshot(&s, kWriteAfterFreeFound, h, &damage);
     }
   }
   if (s.problem == nullptr) return 0;
@@ -655,6 +697,13 @@ int check_heap() {
           ++damaged;
         }
       }
+      for (unsigned i = 0; i < d->freed_count; ++i) {
+        auto* h = static_cast<Header*>(d->freed[i].block);
+        FillDamage damage;
+        if (freed_pattern_intact(h, &damage)) continue;
+        if (queued < kBatch) take_snapshot(&g_check_batch[queued++], kWriteAfterFreeFound, h, &damage);
+        ++damaged;
+      }
     }
     flush();
   }
@@ -668,7 +717,7 @@ int check_heap() {
         auto* h = static_cast<Header*>(b.block);
         FillDamage damage;
         if (freed_pattern_intact(h, &damage)) return;
-        if (*v->queued < kBatch) take_snapshot(&g_check_batch[(*v->queued)++], "write after free (found by brisk_check_heap)", h, &damage);
+        if (*v->queued < kBatch) take_snapshot(&g_check_batch[(*v->queued)++], kWriteAfterFreeFound, h, &damage);
         ++v->damaged;
       },
       &visit);

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "core/lock.h"
+#include "debug/quarantine.h"
 #include "threadcache/heap.h"
 
 namespace brisk::debug {
@@ -23,6 +24,13 @@ struct DebugHeap : Heap {
   SpinLock live_lock;
   Header* live = nullptr;
   std::uint64_t sequence = 0;          // blocks made so far (the owner's, like the spans)
+  // Freed blocks of this heap on their way to the quarantine, oldest first, under live_lock:
+  // a free of a small block fills it and adds it here under the one lock it takes anyway, and
+  // the quarantine's shard lock is taken once per kFreedBatch of them (block.cc's release).
+  // They are quarantined blocks already: brisk_check_heap checks their freed pattern here.
+  static constexpr unsigned kFreedBatch = 16;
+  QuarantinedBlock freed[kFreedBatch];
+  unsigned freed_count = 0;
   DebugHeap* registry_next = nullptr;  // the next older debug heap; set before publication
 };
 

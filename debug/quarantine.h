@@ -5,15 +5,16 @@
 //   init(budget, entries_per_shard)     maps the shards' rings from core/platform. The budget
 //                                       (BRISK_DEBUG_QUARANTINE: default_budget()) is split
 //                                       evenly between kShards shards.
-//   push(block, bytes, evicted, cap)    puts a freed block in the calling thread's shard and
-//                                       takes out that shard's oldest blocks, into evicted (oldest
-//                                       first, up to cap >= 1): one if its ring was full, then
+//   push(blocks, n, evicted, cap)       puts n freed blocks, oldest first, in the calling
+//                                       thread's shard under one lock, and takes out that shard's
+//                                       oldest blocks, into evicted (oldest first, up to cap >= n):
+//                                       one for each block pushed while its ring was full, then
 //                                       while it holds more than its budget, but never the block
-//                                       just pushed: a block larger than the shard's budget stays,
+//                                       pushed last: a block larger than the shard's budget stays,
 //                                       alone, until the shard's next push (budget 0: the
 //                                       quarantine is off, every block comes straight back). The
 //                                       caller checks each evicted block's freed pattern and
-//                                       really frees it.
+//                                       really frees it. push(block, bytes, ...): one block.
 //   take_excess(out, cap)               the rest, when push's cap was too small.
 //   drain(out, cap)                     takes blocks out of every shard, oldest first per shard.
 //   for_each(visit, context)            visits every quarantined block (brisk_check_heap), each
@@ -48,7 +49,11 @@ class Quarantine {
   static std::size_t default_budget();
 
   bool init(std::size_t budget_bytes, std::size_t entries_per_shard);
-  std::size_t push(void* block, std::size_t bytes, QuarantinedBlock* evicted, std::size_t capacity);
+  std::size_t push(const QuarantinedBlock* blocks, std::size_t n, QuarantinedBlock* evicted, std::size_t capacity);
+  std::size_t push(void* block, std::size_t bytes, QuarantinedBlock* evicted, std::size_t capacity) {
+    const QuarantinedBlock one{block, bytes};
+    return push(&one, 1, evicted, capacity);
+  }
   std::size_t take_excess(QuarantinedBlock* out, std::size_t capacity);
   std::size_t drain(QuarantinedBlock* out, std::size_t capacity);
   void for_each(void (*visit)(const QuarantinedBlock& block, void* context), void* context);

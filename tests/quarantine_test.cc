@@ -69,6 +69,24 @@ TEST(Quarantine, ABigBlockPushesOutAsManyOldOnesAsItNeedsAndAHugeOneStaysAloneUn
   EXPECT_EQ(q.bytes(), 100u);
 }
 
+// Several blocks in one push (a debug heap's batch, block.cc) queue in their order, after the
+// blocks already there; those over the budget leave oldest first, but never the last one.
+TEST(Quarantine, ABatchQueuesInItsOrderAndKeepsItsLastBlockWhenOverTheBudget) {
+  Quarantine q;
+  ASSERT_TRUE(q.init(kBudget, 1024));
+  QuarantinedBlock out[16];
+  for (std::uintptr_t i = 1; i <= 8; ++i) ASSERT_EQ(q.push(Fake(i), 100, out, 16), 0u);
+  QuarantinedBlock batch[3] = {{Fake(9), 100}, {Fake(10), 100}, {Fake(11), 300}};
+  ASSERT_EQ(q.push(batch, 3, out, 16), 3u);  // 1300 bytes: 1..3 leave
+  for (std::uintptr_t i = 0; i < 3; ++i) EXPECT_EQ(out[i].block, Fake(i + 1));
+  EXPECT_EQ(q.bytes(), 1000u);
+  QuarantinedBlock huge[2] = {{Fake(12), 100}, {Fake(13), 5000}};
+  ASSERT_EQ(q.push(huge, 2, out, 16), 9u);  // every block but the huge one, oldest first
+  for (std::uintptr_t i = 0; i < 9; ++i) EXPECT_EQ(out[i].block, Fake(i + 4));
+  EXPECT_EQ(q.count(), 1u);
+  EXPECT_EQ(q.bytes(), 5000u);
+}
+
 TEST(Quarantine, WhatASmallEvictionBufferLeftIsTakenByTakeExcess) {
   Quarantine q;
   ASSERT_TRUE(q.init(kBudget, 1024));
@@ -92,6 +110,12 @@ TEST(Quarantine, AFullRingGivesBackItsOldestEvenUnderBudget) {
   for (std::uintptr_t i = 1; i <= entries; ++i) ASSERT_EQ(q.push(Fake(i), 1, out, 2), 0u);
   ASSERT_EQ(q.push(Fake(entries + 1), 1, out, 2), 1u);
   EXPECT_EQ(out[0].block, Fake(1));
+  EXPECT_EQ(q.count(), entries);
+  // A batch (a debug heap's, block.cc) takes out one old block for each block it adds.
+  QuarantinedBlock batch[2] = {{Fake(entries + 2), 1}, {Fake(entries + 3), 1}};
+  ASSERT_EQ(q.push(batch, 2, out, 2), 2u);
+  EXPECT_EQ(out[0].block, Fake(2));
+  EXPECT_EQ(out[1].block, Fake(3));
   EXPECT_EQ(q.count(), entries);
 }
 
