@@ -45,6 +45,8 @@ TEST(FreeKey, OneLeakedKeyDoesNotPredictTheKeyOfAnotherFreedBlock) {
 TEST(FreeKey, IsNeverZeroAndDiffersFromTheLinkMask) {
   brisk_free(brisk_malloc(16));  // initialises the process secret
   ASSERT_NE(g_free_secret.multiplier, 0u);
+  // Keeps the link masks of neighbouring blocks apart (core/free_key.h).
+  EXPECT_EQ(g_free_secret.multiplier >> 63, 1u);
   std::uintptr_t addresses[] = {0, 16, 4096, std::uintptr_t{1} << 46, (std::uintptr_t{1} << 47) - 16,
                                 g_free_secret.offset & ((std::uintptr_t{1} << 47) - 16)};
   for (std::uintptr_t a : addresses) {

@@ -275,10 +275,11 @@ void process_init() {
   int expected = 0;
   if (g_init_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
     t_in_init = true;
-    // The top bit and the odd multiplier keep a free key from ever being 0, a live block's
-    // key word (core/free_key.h).
+    // The offset's top bit and the odd multiplier keep a free key from ever being 0, a live
+    // block's key word; the multiplier's top bit keeps neighbouring blocks' link masks apart
+    // (core/free_key.h).
     g_free_secret.offset = platform::random_u64() | (std::uint64_t{1} << 63);
-    g_free_secret.multiplier = platform::random_u64() | 1;
+    g_free_secret.multiplier = platform::random_u64() | 1 | (std::uint64_t{1} << 63);
     pthread_key_create(&g_thread_key, on_thread_exit);
     platform::register_fork_handlers(atfork_prepare, atfork_parent, atfork_child);
     g_init_state.store(2, std::memory_order_release);
