@@ -62,14 +62,28 @@ std::uint32_t thread_number() {
   return t_thread_number;
 }
 
+// Where a stack is captured: each has its WalkMemo in the thread's debug heap.
+enum class Site : unsigned { kAllocate = 0, kRelease = 1, kRealloc = 2 };
+
 // skip: callers of capture to leave out. The entry points reach allocate and release through
 // tail jumps, so how many brisk frames sit above the caller's varies by path: the stack keeps
-// them rather than risk dropping the caller's own frame.
-std::uint32_t capture(int skip) {
+// them rather than risk dropping the caller's own frame. Not inlined, so that skip counts
+// capture's own frame and nothing else.
+__attribute__((noinline)) std::uint32_t capture(int skip, Site site) {
   if (g_stack_depth == 0) return kNoStack;
   std::uintptr_t frames[kMaxStackDepth];
-  int n = capture_stack(frames, g_stack_depth, skip + 1);
-  return g_depot.store(frames, n);
+  Heap* th = t_heap;
+  auto* d = heap_is_attached(th) ? static_cast<DebugHeap*>(th->debug) : nullptr;
+  WalkMemo* memo = d != nullptr ? &d->walks[static_cast<unsigned>(site)] : nullptr;
+  static_assert(sizeof(d->walks) / sizeof(d->walks[0]) == 3, "one memo per Site");
+  bool same = false;
+  int n = capture_stack(frames, g_stack_depth, skip + 1, memo, &same);
+  // Same frames as the memo's last walk: the id stored for them then (the depot keeps every
+  // stack it stored, so the id still names them).
+  if (same) return memo->value;
+  std::uint32_t id = g_depot.store(frames, n);
+  if (memo != nullptr) memo->value = id;
+  return id;
 }
 
 char* user_of(const Header* h) { return reinterpret_cast<char*>(const_cast<Header*>(h)) + kHeaderBytes; }
@@ -441,7 +455,7 @@ void* allocate(std::size_t size, std::size_t alignment, Kind kind, bool zero) {
   // Underlying small and medium blocks are 16-byte aligned at least: alignment - 16 bytes of
   // slack always leave room to align the user pointer.
   std::size_t total = kHeaderBytes + (alignment - kMinAlign) + size + kGuardBytes;
-  std::uint32_t stack = capture(0);
+  std::uint32_t stack = capture(0, Site::kAllocate);
   void* user = with_debug_heap([=](DebugHeap* d) -> void* {
     // The debug heap is the calling thread's: its spans are used without a lock.
     void* u = total <= kSmallMax    ? alloc_small(d, size_to_class(total), total)
@@ -559,7 +573,7 @@ bool release(void* p, Kind kind, std::size_t sized) {
     header_damaged(h);
     return true;
   }
-  std::uint32_t stack = capture(0);
+  std::uint32_t stack = capture(0, Site::kRelease);
   Snapshot s;
   bool keep = false;  // a double free, or a damaged block: it does not go to the quarantine
   bool batched = false;
@@ -607,7 +621,7 @@ ReallocCheck check_before_realloc(void* p, std::size_t* user_size) {
     header_damaged(h);
     return ReallocCheck::kBad;
   }
-  std::uint32_t stack = capture(0);
+  std::uint32_t stack = capture(0, Site::kRealloc);
   Snapshot s;
   bool live = false;
   {

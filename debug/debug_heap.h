@@ -8,6 +8,7 @@
 
 #include "core/lock.h"
 #include "debug/quarantine.h"
+#include "debug/stack_trace.h"
 #include "threadcache/heap.h"
 
 namespace brisk::debug {
@@ -31,6 +32,11 @@ struct DebugHeap : Heap {
   static constexpr unsigned kFreedBatch = 16;
   QuarantinedBlock freed[kFreedBatch];
   unsigned freed_count = 0;
+  // The last stack walk from each place block.cc captures stacks (allocation, free, realloc),
+  // its value the depot id of the frames it returned: a loop that allocates or frees at one
+  // place walks through return addresses it knows and does not store its stack in the depot
+  // again. Touched only by the thread the paired thread heap is attached to.
+  WalkMemo walks[3];
   DebugHeap* registry_next = nullptr;  // the next older debug heap; set before publication
 };
 

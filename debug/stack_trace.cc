@@ -84,6 +84,11 @@ std::atomic<std::uint64_t>* g_frame_cache = nullptr;  // set by stack_trace_init
 __thread std::uint64_t t_cached_captures __attribute__((tls_model("initial-exec"))) = 0;
 __thread std::uint64_t t_unwound_captures __attribute__((tls_model("initial-exec"))) = 0;
 
+// Counts the times an entry gained kTerminal or kUncached: a WalkMemo read at an older epoch
+// may hold an entry without a flag it has since gained, and is not trusted. Starts at 1 (a
+// memo's 0 is empty); only the first walks through new code change it.
+std::atomic<std::uint64_t> g_cache_epoch{1};
+
 std::size_t cache_slot(std::uintptr_t pc) { return static_cast<std::size_t>((pc * 0x9E3779B97F4A7C15ull) >> 48) & (kCacheSlots - 1); }
 
 // The info of a return address, or 0 when it is not in the cache.
@@ -112,7 +117,11 @@ void cache_learn(std::uintptr_t pc, std::uint64_t info) {
       if ((entry >> kInfoBits) != pc) break;
       std::uint64_t merged = entry | (info & (kTerminal | kUncached));
       if (!(info & kUncached) && (entry & kRuleMask) != (info & kRuleMask)) merged |= kUncached;
-      if (merged == entry || g_frame_cache[slot].compare_exchange_weak(entry, merged, std::memory_order_relaxed)) return;
+      if (merged == entry) return;
+      if (g_frame_cache[slot].compare_exchange_weak(entry, merged, std::memory_order_relaxed)) {
+        g_cache_epoch.fetch_add(1, std::memory_order_relaxed);
+        return;
+      }
     }
   }
 }
@@ -133,8 +142,12 @@ bool drap_cfa_fits(std::uintptr_t cfa, std::uintptr_t rbp) {
 
 // Walks the stack above a frame whose CFA is cfa and whose caller's RBP is rbp with the cache
 // alone: the frame count, or -1 when a return address is missing or uncached, or a frame
-// pointer leads nowhere sensible (the caller unwinds instead).
-int walk_cached(std::uintptr_t cfa, std::uintptr_t rbp, std::uintptr_t* frames, int max_depth, int skip) {
+// pointer leads nowhere sensible (the caller unwinds instead). lookup(pc, last) gives each
+// return address's cache entry, in order, and is called for the last one too (last: its entry
+// is not needed).
+template <class Lookup>
+BRISK_ALWAYS_INLINE int walk(std::uintptr_t cfa, std::uintptr_t rbp, std::uintptr_t* frames, int max_depth, int skip,
+                             Lookup&& lookup) {
   std::uintptr_t sp = cfa;
   std::uintptr_t pc = load_word(cfa - 8);
   int depth = 0;
@@ -142,8 +155,8 @@ int walk_cached(std::uintptr_t cfa, std::uintptr_t rbp, std::uintptr_t* frames, 
     if (pc == 0) return depth;
     if (skip > 0) --skip;
     else frames[depth++] = pc;
+    const std::uint64_t info = lookup(pc, depth == max_depth);
     if (depth == max_depth) return depth;
-    const std::uint64_t info = cache_find(pc);
     if (info & kTerminal) return depth;
     if (info == 0 || (info & kUncached)) return -1;
     if (info & kFramePointer) {
@@ -166,6 +179,45 @@ int walk_cached(std::uintptr_t cfa, std::uintptr_t rbp, std::uintptr_t* frames, 
     pc = load_word(cfa - 8);
     sp = cfa;
   }
+}
+
+// walk through the shared cache, or through a memo: entries come from the memo where its
+// return address at the same level matches, the memo is rewritten with this walk's, and *same
+// tells whether this walk read exactly the memo's return addresses (a walk is a function of the
+// return addresses it reads, their entries and the stack words it loads, so its frames are
+// then the memo's last frames). The memo's entries are the cache's as of its epoch.
+int walk_cached(std::uintptr_t cfa, std::uintptr_t rbp, std::uintptr_t* frames, int max_depth, int skip,
+                WalkMemo* memo, bool* same) {
+  if (memo == nullptr) {
+    return walk(cfa, rbp, frames, max_depth, skip, [](std::uintptr_t pc, bool last) { return last ? 0 : cache_find(pc); });
+  }
+  const std::uint64_t epoch = g_cache_epoch.load(std::memory_order_relaxed);
+  const int recorded = memo->epoch == epoch ? memo->levels : 0;  // older entries may lack a flag
+  bool matched = recorded > 0 && memo->max_depth == max_depth && memo->skip == skip;
+  memo->epoch = epoch;
+  memo->max_depth = max_depth;
+  memo->skip = skip;
+  int level = 0;
+  const int depth = walk(cfa, rbp, frames, max_depth, skip, [&](std::uintptr_t pc, bool last) -> std::uint64_t {
+    const int at = level++;
+    if (at >= WalkMemo::kLevels) {
+      matched = false;
+      return last ? 0 : cache_find(pc);
+    }
+    if (at < recorded && memo->pc[at] == pc) {
+      if (last) return 0;
+      if (memo->info[at] != 0) return memo->info[at];
+    } else {
+      matched = false;
+      memo->pc[at] = pc;
+      memo->info[at] = 0;
+      if (last) return 0;
+    }
+    return memo->info[at] = cache_find(pc);
+  });
+  *same = depth >= 0 && matched && level == recorded;
+  memo->levels = depth >= 0 && level <= WalkMemo::kLevels ? level : 0;
+  return depth;
 }
 
 struct CaptureState {
@@ -334,14 +386,18 @@ bool stack_trace_init() {
   return true;
 }
 
-__attribute__((noinline)) int capture_stack(std::uintptr_t* frames, int max_depth, int skip) {
+namespace {
+
+// Inlined into both capture_stack functions, so that skip counts their frame and no other.
+BRISK_ALWAYS_INLINE int capture_here(std::uintptr_t* frames, int max_depth, int skip, WalkMemo* memo, bool* same) {
+  *same = false;
   if (!g_have_unwinder.load(std::memory_order_acquire) || max_depth <= 0) return 0;
   const bool cache = kFrameCache && g_frame_cache != nullptr;
   if (cache) {
-    // This function keeps a frame pointer (__builtin_frame_address): its CFA is RBP + 16, and
-    // its caller's RBP is saved at RBP.
+    // The calling function keeps a frame pointer (__builtin_frame_address): its CFA is RBP +
+    // 16, and its caller's RBP is saved at RBP.
     const auto fp = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
-    const int depth = walk_cached(fp + 16, load_word(fp), frames, max_depth, skip);
+    const int depth = walk_cached(fp + 16, load_word(fp), frames, max_depth, skip, memo, same);
     if (depth >= 0) {
       ++t_cached_captures;
       return depth;
@@ -349,6 +405,17 @@ __attribute__((noinline)) int capture_stack(std::uintptr_t* frames, int max_dept
     ++t_unwound_captures;
   }
   return unwind(frames, max_depth, skip + 1, cache);
+}
+
+}  // namespace
+
+__attribute__((noinline)) int capture_stack(std::uintptr_t* frames, int max_depth, int skip) {
+  bool same;
+  return capture_here(frames, max_depth, skip, nullptr, &same);
+}
+
+__attribute__((noinline)) int capture_stack(std::uintptr_t* frames, int max_depth, int skip, WalkMemo* memo, bool* same) {
+  return capture_here(frames, max_depth, skip, memo, same);
 }
 
 __attribute__((noinline)) int capture_stack_unwound(std::uintptr_t* frames, int max_depth, int skip) {

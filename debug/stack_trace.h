@@ -11,6 +11,10 @@
 //                                       lock; works without frame pointers (DWARF CFI unwinding,
 //                                       through a cache of each return address's frame size on
 //                                       x86-64: stack_trace.cc).
+//   capture_stack(..., memo, &same)     the same through a WalkMemo the calling thread keeps (one
+//                                       per call site): same is true when the frames are exactly
+//                                       those of the memo's last walk, so that memo->value (the
+//                                       caller's, e.g. a depot id) still holds for them.
 //   capture_stack_unwound(...)          the same through the unwinder alone (tests compare).
 //   capture_counts()                    this thread's captures served by the frame cache, and by
 //                                       the unwinder after a cache miss.
@@ -36,6 +40,23 @@ inline constexpr std::uint32_t kNoStack = 0;
 
 bool stack_trace_init();
 int capture_stack(std::uintptr_t* frames, int max_depth, int skip);
+
+// A thread's record of its last walk from one call site: each level's return address and its
+// frame-cache entry (stack_trace.cc). A walk through the same return addresses reads their
+// entries here, in memory only this thread touches, instead of probing the shared cache, whose
+// slots a busy program keeps evicting from the CPU's caches (perf, MMtest small with 8 frames:
+// a third of capture_stack's samples on those loads). Only one thread may use a memo at a time.
+struct WalkMemo {
+  static constexpr int kLevels = 16;
+  std::uintptr_t pc[kLevels];
+  std::uint64_t info[kLevels];
+  std::uint64_t epoch = 0;  // the frame cache's epoch when the entries were read; 0: empty
+  int levels = 0;           // return addresses the last walk read; 0: it did not end in the cache
+  int max_depth = 0;        // and its arguments
+  int skip = 0;
+  std::uint32_t value = 0;  // the caller's, derived from the last walk's frames
+};
+int capture_stack(std::uintptr_t* frames, int max_depth, int skip, WalkMemo* memo, bool* same);
 int capture_stack_unwound(std::uintptr_t* frames, int max_depth, int skip);
 struct CaptureCounts {
   std::uint64_t cached;

@@ -218,7 +218,7 @@ __attribute__((noinline)) void Alloca(std::size_t bytes, int n, CaptureFn captur
 __attribute__((noinline)) void CaptureBoth(int n, std::size_t bytes, int max_depth, Capture* cached, Capture* unwound) {
   for (int i = 0; i < 2; ++i) {
     asm volatile("" : "+r"(i));  // one call site for both: no unrolling
-    CaptureFn capture = i == 0 ? capture_stack : brisk::debug::capture_stack_unwound;
+    CaptureFn capture = i == 0 ? static_cast<CaptureFn>(capture_stack) : brisk::debug::capture_stack_unwound;
     Capture* out = i == 0 ? cached : unwound;
     if (bytes == 0) Chain(n, capture, out, max_depth);
     else Alloca(bytes + 40 * static_cast<std::size_t>(i), n, capture, out, max_depth);
@@ -257,6 +257,60 @@ TEST_F(StackTrace, CachedCapturesAreTheUnwindersAndRepeatedStacksComeFromTheCach
     if (k == 1) {
       EXPECT_EQ(after.cached, before.cached + 1);
       EXPECT_EQ(after.unwound, before.unwound);
+    }
+  }
+}
+
+// A memo (stack_trace.h's WalkMemo) for the test's own thread.
+brisk::debug::WalkMemo g_memo;
+bool g_same = false;
+__attribute__((noinline)) int MemoCapture(std::uintptr_t* frames, int max_depth, int skip) {
+  const int depth = capture_stack(frames, max_depth, skip + 1, &g_memo, &g_same);
+  asm volatile("" ::: "memory");  // no tail call: skip + 1 counts this frame
+  return depth;
+}
+
+// Captures through the memo and with the unwinder alone from one call site.
+__attribute__((noinline)) void MemoAndUnwound(int n, std::size_t bytes, int max_depth, Capture* memo, bool* same,
+                                              Capture* unwound) {
+  CaptureFn const captures[2] = {MemoCapture, brisk::debug::capture_stack_unwound};
+  Capture* const outs[2] = {memo, unwound};
+  for (int i = 0; i < 2; ++i) {
+    asm volatile("" : "+r"(i));  // one call site for both: no unrolling
+    if (bytes == 0) Chain(n, captures[i], outs[i], max_depth);
+    else Alloca(bytes, n, captures[i], outs[i], max_depth);
+    if (i == 0) *same = g_same;
+  }
+  asm volatile("" ::: "memory");
+}
+
+// A walk through a memo reads the entries of the return addresses it shares with the memo's
+// last walk from the memo: its frames are still the unwinder's, chains of other lengths and
+// frames of other sizes included, and it says "same" exactly when its frames are the last
+// walk's (the debug layer then reuses that walk's depot id).
+TEST_F(StackTrace, AWalkThroughAMemoIsTheUnwindersAndSaysWhenItRepeatsTheLastOne) {
+  for (int round = 0; round < 3; ++round) {
+    for (int n = 0; n < 4; ++n) {
+      for (int depth : {6, 8, brisk::debug::kMaxStackDepth}) {
+        for (std::size_t bytes : {std::size_t{0}, 64 + 48 * static_cast<std::size_t>(round * 4 + n)}) {
+          Capture memo[2], unwound[2];
+          bool same[2] = {true, false};
+          for (int k = 0; k < 2; ++k) {
+            asm volatile("" : "+r"(k));  // one call site for both: the same stack twice
+            MemoAndUnwound(n, bytes, depth, &memo[k], &same[k], &unwound[k]);
+          }
+          ExpectSameFrames(memo[0], unwound[0], "memo");
+          ExpectSameFrames(memo[1], unwound[1], "memo again");
+          ExpectSameFrames(memo[1], memo[0], "memo repeated");
+          // The chain, the depth or the frames changed since the capture before.
+          EXPECT_FALSE(same[0]) << round << " " << n << " " << depth << " " << bytes;
+          // Once the cache knows every return address (round 0 taught it), a repeat within
+          // the 16 return addresses a memo keeps is recognised.
+          if (round > 0 && depth <= 8) {
+            EXPECT_TRUE(same[1]) << round << " " << n << " " << depth << " " << bytes;
+          }
+        }
+      }
     }
   }
 }
