@@ -52,6 +52,9 @@ struct Span {
   std::uint8_t first_page = 0;
   std::uint8_t page_count = 0;
   bool listed = false;                  // on an owner's (or central) available list
+  // A small span's 64 KiB pages (bit i: page i) that held data when it claimed them and were not
+  // given back then: resident past its carved part, until carving reaches them (statistics).
+  std::uint8_t resident_pages = 0;
   Span* prev = nullptr;                   // available list links
   Span* next = nullptr;
   Span* all_prev = nullptr;               // the owning heap's list of every span it holds

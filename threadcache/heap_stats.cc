@@ -76,7 +76,15 @@ void visit_chunk(Chunk* c, void* context) {
       t.thread_cache_bytes += free_bytes;
       if (HeapCounts* hc = find_heap(w, owner)) hc->cache_bytes += free_bytes;
     }
-    t.resident_estimate += round_to_os_page(load_shared(s.carved_bytes));
+    // Carved pages, and the resident ones past them: pages the span claimed after they held
+    // data (span_new_small), which stay resident until carving reaches them.
+    const std::uint64_t carved_end = round_to_os_page(load_shared(s.carved_bytes));
+    t.resident_estimate += carved_end;
+    for (std::uint64_t m = load_shared(s.resident_pages); m != 0; m &= m - 1) {
+      const std::uint64_t page = static_cast<std::uint64_t>(__builtin_ctzll(m)) << kPageShift;
+      const std::uint64_t page_end = page + kPageSize;
+      if (page_end > carved_end) t.resident_estimate += page_end - (page > carved_end ? page : carved_end);
+    }
   }
 }
 

@@ -134,15 +134,25 @@ namespace {
 // The pages of a new small span past what its first carve touches (the OS page of its first
 // block, or the block) go back to the OS if any of them held data (BRISK_PURGE_SPAN_TAILS). Sound
 // without a lock: nothing is carved there yet, and the span is not yet installed or published.
-void purge_span_tail(Span* s, const SizeClassInfo& info, std::uint64_t dirty) {
+// Returns the pages of dirty still resident (the one the first carve is in, and those before).
+std::uint64_t purge_span_tail(Span* s, const SizeClassInfo& info, std::uint64_t dirty) {
   auto start = reinterpret_cast<std::uintptr_t>(s->start);
   std::uintptr_t from = (start + info.size + kOsPageSize - 1) & ~(kOsPageSize - 1);
   std::uintptr_t end = start + (std::size_t{info.span_pages} << kPageShift);
   BRISK_ASSERT(from < end);  // a span holds at least 8 blocks of its class
   unsigned first_page = static_cast<unsigned>((from - start) >> kPageShift);  // 64 KiB page of `from`
-  if ((dirty >> first_page) == 0) return;  // the tail never held data: it is not resident
+  if ((dirty >> first_page) == 0) return dirty;  // the tail never held data: it is not resident
   platform::decommit(reinterpret_cast<void*>(from), end - from);
+  return dirty & ((std::uint64_t{2} << first_page) - 1);
 }
+
+// The most 64 KiB pages a small span has: Span::resident_pages holds one bit per page.
+constexpr unsigned max_small_span_pages() {
+  unsigned most = 0;
+  for (const SizeClassInfo& info : kClasses) most = info.span_pages > most ? info.span_pages : most;
+  return most;
+}
+static_assert(max_small_span_pages() <= 8, "Span::resident_pages has 8 bits");
 
 }  // namespace
 
@@ -151,7 +161,8 @@ Span* span_new_small(Heap* h, unsigned c) {
   std::uint64_t dirty = 0;
   Span* s = span_create(h, info.span_pages, &dirty, true);
   if (s == nullptr) return nullptr;
-  if (dirty != 0 && options::get(options::Id::kPurgeSpanTails) != 0) purge_span_tail(s, info, dirty);
+  if (dirty != 0 && options::get(options::Id::kPurgeSpanTails) != 0) dirty = purge_span_tail(s, info, dirty);
+  store_shared(s->resident_pages, static_cast<std::uint8_t>(dirty));
   store_shared(s->used, 0u);
   store_shared(s->carved_bytes, 0u);
   store_shared(s->block_size, info.size);  // read by the statistics while medium (span.h)
@@ -173,6 +184,7 @@ void release_span_pages(Span* s) {
   s->free = nullptr;
   store_shared(s->used, 0u);
   store_shared(s->carved_bytes, 0u);
+  store_shared(s->resident_pages, std::uint8_t{0});
   s->span_bytes = 0;
   s->owner.store(nullptr, std::memory_order_relaxed);
   chunk_release_span_pages(ch, first, count);

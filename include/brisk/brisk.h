@@ -106,7 +106,8 @@ typedef struct brisk_stats {
   uint64_t chunk_bytes_free;     /* free 64 KiB pages of live chunks (no span holds them) */
   uint64_t chunk_bytes_free_resident; /* of which used since last purged: still resident */
   uint64_t bytes_mapped;         /* chunk_bytes_mapped + large_bytes_mapped */
-  uint64_t bytes_resident;       /* estimate: chunk headers, carved pages of small spans, whole
+  uint64_t bytes_resident;       /* estimate: chunk headers, carved pages of small spans and
+                                    the pages past them that held data when claimed, whole
                                     medium spans, chunk_bytes_free_resident, live large mappings
                                     whole, large_cache_resident_bytes. An upper bound of brisk's
                                     share of process_rss_bytes, less what the kernel reclaimed */
