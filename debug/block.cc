@@ -74,15 +74,22 @@ __attribute__((noinline)) std::uint32_t capture(int skip, Site site) {
   std::uintptr_t frames[kMaxStackDepth];
   Heap* th = t_heap;
   auto* d = heap_is_attached(th) ? static_cast<DebugHeap*>(th->debug) : nullptr;
+  // A capture inside this one (the unwinder may call malloc, for frames registered at run
+  // time) walks without the memos: it would leave its walk in a memo this capture then gives
+  // its own id.
+  if (d != nullptr && d->capturing) d = nullptr;
   WalkMemo* memo = d != nullptr ? &d->walks[static_cast<unsigned>(site)] : nullptr;
   static_assert(sizeof(d->walks) / sizeof(d->walks[0]) == 3, "one memo per Site");
+  if (d != nullptr) d->capturing = true;
   bool same = false;
   int n = capture_stack(frames, g_stack_depth, skip + 1, memo, &same);
   // Same frames as the memo's last walk: the id stored for them then (the depot keeps every
   // stack it stored, so the id still names them).
-  if (same) return memo->value;
-  std::uint32_t id = g_depot.store(frames, n);
-  if (memo != nullptr) memo->value = id;
+  std::uint32_t id = same ? memo->value : g_depot.store(frames, n);
+  if (d != nullptr) {
+    memo->value = id;
+    d->capturing = false;
+  }
   return id;
 }
 
@@ -259,6 +266,13 @@ bool freed_pattern_intact(const Header* h, FillDamage* damage) {
     damage->more_ranges |= part.more_ranges;
   });
   return intact;
+}
+
+// What is wrong with a quarantined block, or nullptr: its header, guard or canary first (a
+// damaged header's size cannot be trusted to check the pattern with), then its freed pattern.
+const char* quarantined_damage(const Header* h, FillDamage* damage) {
+  if (const char* problem = damage_of(h, damage)) return problem;
+  return freed_pattern_intact(h, damage) ? nullptr : kWriteAfterFreeFound;
 }
 
 // A report's inputs, copied while the block could not change (under its heap's live_lock), so that it can be
@@ -543,7 +557,9 @@ constexpr std::size_t kBatchedMax = 1024;
 // Under d->live_lock, for h, a block of d just marked kQuarantined: fills it and adds it to d's
 // batch when it is small (and the quarantine is on), returning true; else false, and h is for
 // enter_quarantine's path. *out, *n: the batch, taken out of d, when it is full or h is not
-// batched (so that h follows the blocks freed before it into the quarantine).
+// batched (so that h follows the blocks freed before it into the quarantine). Blocks that
+// realloc moved, and frees reported as misuse, go to the quarantine without the batch: ahead
+// of a batch's blocks, which then wait longer, never less.
 bool batch_freed(DebugHeap* d, Header* h, QuarantinedBlock* out, std::size_t* n) {
   BRISK_ASSERT(d->live_lock.is_locked() && h->state == State::kQuarantined);
   bool batched = h->user_size <= kBatchedMax && g_quarantine.shard_budget() != 0;
@@ -676,8 +692,8 @@ int check_block(const void* p) {
     FillDamage damage;
     if (h->state == State::kLive) {
       if (const char* problem = damage_of(h, &damage)) take_snapshot(&s, problem, h, &damage);
-    } else if (h->state == State::kQuarantined && !freed_pattern_intact(h, &damage)) {
-      take_snapshot(&s, kWriteAfterFreeFound, h, &damage);
+    } else if (h->state == State::kQuarantined) {
+      if (const char* problem = quarantined_damage(h, &damage)) take_snapshot(&s, problem, h, &damage);
     }
   }
   if (s.problem == nullptr) return 0;
@@ -714,8 +730,9 @@ int check_heap() {
       for (unsigned i = 0; i < d->freed_count; ++i) {
         auto* h = static_cast<Header*>(d->freed[i].block);
         FillDamage damage;
-        if (freed_pattern_intact(h, &damage)) continue;
-        if (queued < kBatch) take_snapshot(&g_check_batch[queued++], kWriteAfterFreeFound, h, &damage);
+        const char* problem = quarantined_damage(h, &damage);
+        if (problem == nullptr) continue;
+        if (queued < kBatch) take_snapshot(&g_check_batch[queued++], problem, h, &damage);
         ++damaged;
       }
     }
@@ -730,8 +747,9 @@ int check_heap() {
         auto* v = static_cast<Visit*>(context);
         auto* h = static_cast<Header*>(b.block);
         FillDamage damage;
-        if (freed_pattern_intact(h, &damage)) return;
-        if (*v->queued < kBatch) take_snapshot(&g_check_batch[(*v->queued)++], kWriteAfterFreeFound, h, &damage);
+        const char* problem = quarantined_damage(h, &damage);
+        if (problem == nullptr) return;
+        if (*v->queued < kBatch) take_snapshot(&g_check_batch[(*v->queued)++], problem, h, &damage);
         ++v->damaged;
       },
       &visit);

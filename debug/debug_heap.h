@@ -37,6 +37,7 @@ struct DebugHeap : Heap {
   // place walks through return addresses it knows and does not store its stack in the depot
   // again. Touched only by the thread the paired thread heap is attached to.
   WalkMemo walks[3];
+  bool capturing = false;  // block.cc's capture is running on this heap's thread
   DebugHeap* registry_next = nullptr;  // the next older debug heap; set before publication
 };
 

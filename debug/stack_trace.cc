@@ -119,7 +119,8 @@ void cache_learn(std::uintptr_t pc, std::uint64_t info) {
       if (!(info & kUncached) && (entry & kRuleMask) != (info & kRuleMask)) merged |= kUncached;
       if (merged == entry) return;
       if (g_frame_cache[slot].compare_exchange_weak(entry, merged, std::memory_order_relaxed)) {
-        g_cache_epoch.fetch_add(1, std::memory_order_relaxed);
+        // Release: a walk that reads the new epoch (acquire) then reads the entry with its flag.
+        g_cache_epoch.fetch_add(1, std::memory_order_release);
         return;
       }
     }
@@ -191,7 +192,7 @@ int walk_cached(std::uintptr_t cfa, std::uintptr_t rbp, std::uintptr_t* frames, 
   if (memo == nullptr) {
     return walk(cfa, rbp, frames, max_depth, skip, [](std::uintptr_t pc, bool last) { return last ? 0 : cache_find(pc); });
   }
-  const std::uint64_t epoch = g_cache_epoch.load(std::memory_order_relaxed);
+  const std::uint64_t epoch = g_cache_epoch.load(std::memory_order_acquire);
   const int recorded = memo->epoch == epoch ? memo->levels : 0;  // older entries may lack a flag
   bool matched = recorded > 0 && memo->max_depth == max_depth && memo->skip == skip;
   memo->epoch = epoch;

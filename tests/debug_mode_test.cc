@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
@@ -19,6 +20,7 @@
 #include "core/chunk.h"
 #include "core/options.h"
 #include "debug/block.h"
+#include "debug/block_layout.h"
 #include "threadcache/heap.h"
 #include "tests/test_util.h"
 
@@ -349,6 +351,25 @@ TEST_F(DebugMode, AWriteAfterFreeIsFoundByCheckHeapAndAtQuarantineExit) {
   for (int i = 0; i < 160; ++i) brisk_free(brisk_malloc(1 << 20));
   EXPECT_NE(Reports().find("write after free: the freed block"), std::string::npos) << Reports();
   EXPECT_NE(Reports().find("9(1)"), std::string::npos) << Reports();
+}
+
+// A write after free that lands on a quarantined block's header (here its user size, as an
+// underrun of the block after it would) is named as a damaged header by brisk_check_heap,
+// which then does not trust the size to check the freed pattern with (it read 4 GiB and
+// crashed). The block waits in its heap's batch (48 bytes), then in the shard (300000).
+TEST_F(DebugMode, CheckHeapNamesADamagedHeaderOfAQuarantinedBlock) {
+  for (size_t size : {size_t{48}, size_t{300000}}) {
+    auto* p = static_cast<char*>(brisk_malloc(size));
+    brisk_free(p);
+    auto* user_size = reinterpret_cast<uint64_t*>(p - sizeof(brisk::debug::Header) +
+                                                  offsetof(brisk::debug::Header, user_size));
+    ASSERT_EQ(*user_size, size);
+    *user_size = uint64_t{4} << 30;
+    EXPECT_EQ(brisk_check_heap(), 1) << size;
+    EXPECT_NE(Reports().find("damaged header"), std::string::npos) << Reports();
+    *user_size = size;
+    EXPECT_EQ(brisk_check_heap(), 0) << size;
+  }
 }
 
 // BRISK_DEBUG_ACTION goes through the options table: ctest runs these two again in processes of

@@ -289,9 +289,10 @@ __attribute__((noinline)) void MemoAndUnwound(int n, std::size_t bytes, int max_
 // frames of other sizes included, and it says "same" exactly when its frames are the last
 // walk's (the debug layer then reuses that walk's depot id).
 TEST_F(StackTrace, AWalkThroughAMemoIsTheUnwindersAndSaysWhenItRepeatsTheLastOne) {
+  Capture last;  // the frames of the capture before
   for (int round = 0; round < 3; ++round) {
     for (int n = 0; n < 4; ++n) {
-      for (int depth : {6, 8, brisk::debug::kMaxStackDepth}) {
+      for (int depth : {3, 6, 8, brisk::debug::kMaxStackDepth}) {
         for (std::size_t bytes : {std::size_t{0}, 64 + 48 * static_cast<std::size_t>(round * 4 + n)}) {
           Capture memo[2], unwound[2];
           bool same[2] = {true, false};
@@ -302,11 +303,19 @@ TEST_F(StackTrace, AWalkThroughAMemoIsTheUnwindersAndSaysWhenItRepeatsTheLastOne
           ExpectSameFrames(memo[0], unwound[0], "memo");
           ExpectSameFrames(memo[1], unwound[1], "memo again");
           ExpectSameFrames(memo[1], memo[0], "memo repeated");
-          // The chain, the depth or the frames changed since the capture before.
-          EXPECT_FALSE(same[0]) << round << " " << n << " " << depth << " " << bytes;
+          // Never "same" when the frames differ from the capture before (at depth 3 a chain
+          // of one or more under Alloca has the same innermost frames as without it).
+          const bool repeated = last.depth == memo[0].depth &&
+                                std::equal(last.frames, last.frames + last.depth, memo[0].frames);
+          if (!repeated) {
+            EXPECT_FALSE(same[0]) << round << " " << n << " " << depth << " " << bytes;
+          }
+          last = memo[1];
           // Once the cache knows every return address (round 0 taught it), a repeat within
-          // the 16 return addresses a memo keeps is recognised.
-          if (round > 0 && depth <= 8) {
+          // the 16 return addresses a memo keeps is recognised: here where the frames end in
+          // this test's own functions (CaptureAt, n + 1 Chains, MemoAndUnwound, the test
+          // body), whose rules the cache knows, not in gtest's, which it may not.
+          if (round > 0 && depth <= n + 4) {
             EXPECT_TRUE(same[1]) << round << " " << n << " " << depth << " " << bytes;
           }
         }

@@ -142,7 +142,8 @@ void heap_detach(Heap* h) {
 
 // A thread heap's debug heap is not detached with it (debug_switch.h): it goes to the pool with
 // the heap, still owning its spans. It takes what other threads sent it and gives back the
-// spans that emptied, so a debug heap parked in the pool holds no freed block it could return.
+// spans that emptied, so a debug heap parked in the pool holds no freed block it could return
+// (the blocks in its quarantine batch, debug/debug_heap.h, wait for the heap's next thread).
 void park_debug_heap(Heap* h) {
   Heap* d = h->debug;
   if (d == nullptr) return;
