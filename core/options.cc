@@ -183,7 +183,9 @@ Strategy strategy() {
 
 void set_strategy(Strategy s) {
   g_strategy.store(static_cast<int>(s), std::memory_order_relaxed);
-  g_epoch.fetch_add(1, std::memory_order_relaxed);
+  g_epoch.fetch_add(1, std::memory_order_release);
+  // Last: any value resolved before this point is dropped (see get_slow).
+  for (auto& v : g_value) v.store(kUnresolved, std::memory_order_release);
 }
 
 std::uint32_t strategy_epoch() { return g_epoch.load(std::memory_order_relaxed); }
@@ -194,6 +196,25 @@ std::int64_t get_for(Id id, Strategy s) {
   return v != kUnset ? v : kTable[i].by_strategy[static_cast<int>(s)];
 }
 
-std::int64_t get(Id id) { return get_for(id, strategy()); }
+constinit std::atomic<std::int64_t> g_value[kOptionCount] = {};  // all kUnresolved
+
+// Resolves id under the strategy in force and keeps the value, unless set_strategy ran
+// meanwhile. set_strategy stores the strategy, bumps the epoch, then drops every kept value: a
+// value kept before that drop is dropped; one kept after it was computed after the epoch moved
+// (the compare-and-swap read the drop, which the bump happens before), so an unchanged epoch
+// around the computation means it used the new strategy. Without a lock: fork needs no handler.
+std::int64_t get_slow(Id id) {
+  auto i = static_cast<unsigned>(id);
+  for (;;) {
+    const std::uint32_t before = g_epoch.load(std::memory_order_acquire);
+    const std::int64_t v = get_for(id, strategy());
+    std::int64_t expected = kUnresolved;
+    g_value[i].compare_exchange_strong(expected, v + 1, std::memory_order_acq_rel, std::memory_order_acquire);
+    if (g_epoch.load(std::memory_order_acquire) == before) return v;
+    // A switch ran meanwhile: what was kept may be the old strategy's.
+    expected = v + 1;
+    g_value[i].compare_exchange_strong(expected, kUnresolved, std::memory_order_acq_rel, std::memory_order_relaxed);
+  }
+}
 
 }  // namespace brisk::options

@@ -61,6 +61,30 @@ TEST(Strategy, LeversFollowTheStrategyInForce) {
   EXPECT_EQ(low_delay, brisk::options::get_for(Id::kPurgeDelayMs, Strategy::kLowMemory));
 }
 
+// get() keeps each lever's value between switches (core/options.h): while one thread switches
+// and two others read every lever, no lever keeps an old strategy's value once switching stops.
+TEST(Strategy, LeverValuesKeptByGetFollowEverySwitch) {
+  RestoreStrategy restore;
+  constexpr unsigned kCount = static_cast<unsigned>(Id::kCount);
+  std::atomic<bool> done{false};
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 2; ++t) {
+    readers.emplace_back([&] {
+      while (!done.load())
+        for (unsigned i = 0; i < kCount; ++i) (void)brisk::options::get(static_cast<Id>(i));
+    });
+  }
+  for (int i = 0; i < 3000 / brisk_test::kScale; ++i) {
+    brisk_set_strategy(static_cast<brisk_strategy>(i % 3));
+    for (unsigned k = 0; k < kCount; ++k) (void)brisk::options::get(static_cast<Id>(k));
+  }
+  done = true;
+  for (std::thread& t : readers) t.join();
+  const Strategy now = brisk::options::strategy();
+  for (unsigned i = 0; i < kCount; ++i)
+    EXPECT_EQ(brisk::options::get(static_cast<Id>(i)), brisk::options::get_for(static_cast<Id>(i), now)) << i;
+}
+
 TEST(Strategy, SwitchingIsCountedSoHeapsRereadTheirLevers) {
   RestoreStrategy restore;
   std::uint32_t before = brisk::options::strategy_epoch();
