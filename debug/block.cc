@@ -138,11 +138,12 @@ Header* header_of(const void* p, bool* in_debug_memory, DebugHeap** heap) {
     if (owner == nullptr || !owner->is_debug) return nullptr;
     std::uintptr_t offset = a - reinterpret_cast<std::uintptr_t>(s->start);
     // Debug heaps also take partly used spans from the central pools (spans of exited
-    // threads), whose live release blocks are freed the release way: a block start without a
-    // debug header is one of those (or a double free the release checks catch).
-    if (offset < s->span_bytes && s->is_block_start(offset) &&
-        (offset < kHeaderBytes || load_check(reinterpret_cast<Header*>(a - kHeaderBytes)) != (kMagic ^ a)))
-      return nullptr;
+    // threads), whose live release blocks are freed the release way: a block start is one of
+    // those (or a double free the release checks catch). A debug block's user pointer never is
+    // one: it lies kHeaderBytes plus less than its alignment into the block it is carved from,
+    // whose size is at least that plus the user size and the canary. So nothing before a block
+    // start is read: those bytes are the block before it, another thread's to write.
+    if (offset < s->span_bytes && s->is_block_start(offset)) return nullptr;
     *in_debug_memory = true;
     if (a % kMinAlign != 0 || offset < kHeaderBytes) return nullptr;
     // The header lies in the same span as p (both in the block it is carved from).
