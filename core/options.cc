@@ -183,12 +183,18 @@ Strategy strategy() {
 
 void set_strategy(Strategy s) {
   g_strategy.store(static_cast<int>(s), std::memory_order_relaxed);
-  g_epoch.fetch_add(1, std::memory_order_release);
-  // Last: any value resolved before this point is dropped (see get_slow).
-  for (auto& v : g_value) v.store(kUnresolved, std::memory_order_release);
+  drop_kept_values();
 }
 
-std::uint32_t strategy_epoch() { return g_epoch.load(std::memory_order_relaxed); }
+void drop_kept_values() {
+  g_epoch.fetch_add(1, std::memory_order_release);
+  // Last: any value resolved before this point is dropped (see get_slow). An exchange, not a
+  // store: with two switches at once, each drop continues the release sequence of the other's
+  // bump in the C++ memory model.
+  for (auto& v : g_value) v.exchange(kUnresolved, std::memory_order_acq_rel);
+}
+
+std::uint32_t strategy_epoch() { return g_epoch.load(std::memory_order_acquire); }
 
 std::int64_t get_for(Id id, Strategy s) {
   auto i = static_cast<unsigned>(id);
@@ -202,7 +208,11 @@ constinit std::atomic<std::int64_t> g_value[kOptionCount] = {};  // all kUnresol
 // meanwhile. set_strategy stores the strategy, bumps the epoch, then drops every kept value: a
 // value kept before that drop is dropped; one kept after it was computed after the epoch moved
 // (the compare-and-swap read the drop, which the bump happens before), so an unchanged epoch
-// around the computation means it used the new strategy. Without a lock: fork needs no handler.
+// around the computation means it used the new strategy. get() may still return an old
+// strategy's value for a moment (between such a compare-and-swap and its undo), so nothing
+// caches get()'s answer against the epoch (heap_refresh_levers_slow uses get_for). A fork
+// child drops every kept value (atfork_child): a fork inside a switch or inside that moment
+// would leave it one that no switch comes to drop.
 std::int64_t get_slow(Id id) {
   auto i = static_cast<unsigned>(id);
   for (;;) {

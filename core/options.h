@@ -59,7 +59,10 @@ enum class Strategy : int { kSpeed = 0, kBalanced = 1, kLowMemory = 2 };
 inline constexpr int kStrategyCount = 3;
 Strategy strategy();
 void set_strategy(Strategy s);
-// Bumped by every set_strategy: a slow path that caches lever values compares it.
+// Bumps the epoch and drops every value get() kept: set_strategy, and a fork child.
+void drop_kept_values();
+// Bumped by every set_strategy: a slow path that caches lever values compares it, and reads
+// them with get_for(id, strategy()) after it (get() may briefly answer for the old strategy).
 std::uint32_t strategy_epoch();
 
 // The value `id` would have under strategy s (the environment's, if set): for the README's

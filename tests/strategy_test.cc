@@ -3,6 +3,8 @@
 // matching the code.
 #include <brisk/brisk.h>
 #include <errno.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "core/options.h"
+#include "threadcache/heap.h"
 #include "tests/test_util.h"
 
 namespace {
@@ -83,6 +86,43 @@ TEST(Strategy, LeverValuesKeptByGetFollowEverySwitch) {
   const Strategy now = brisk::options::strategy();
   for (unsigned i = 0; i < kCount; ++i)
     EXPECT_EQ(brisk::options::get(static_cast<Id>(i)), brisk::options::get_for(static_cast<Id>(i), now)) << i;
+}
+
+// get() may answer for the old strategy a moment after the epoch moved (a resolution racing a
+// switch keeps its value until it undoes it): a heap that caches a lever against the epoch
+// reads it with get_for. Here that moment is made by hand: the kept value is the speed mode's
+// while balanced is in force and the epoch has moved; the heap must take balanced's.
+TEST(Strategy, AHeapRefreshingItsLeversAfterASwitchTakesTheNewStrategysValue) {
+  RestoreStrategy restore;
+  brisk_free(brisk_malloc(16));  // this thread has a heap
+  brisk_set_strategy(BRISK_STRATEGY_BALANCED);
+  const auto batch = static_cast<unsigned>(Id::kRemoteBatchBytes);
+  const std::int64_t speed = brisk::options::get_for(Id::kRemoteBatchBytes, Strategy::kSpeed);
+  const std::int64_t balanced = brisk::options::get_for(Id::kRemoteBatchBytes, Strategy::kBalanced);
+  ASSERT_NE(speed, balanced);
+  brisk::options::g_value[batch].store(speed + 1);  // kept: the value plus one
+  brisk::heap_refresh_levers_slow(brisk::t_heap);
+  EXPECT_EQ(brisk::t_heap->batch_bytes, static_cast<std::size_t>(balanced));
+  brisk::options::drop_kept_values();
+}
+
+// A fork inside a switch (or inside a resolution racing one) must not leave the child a lever
+// value of the old strategy that no switch will come to drop: the child drops them all.
+TEST(Strategy, AForkChildDropsTheLeverValuesKeptBeforeTheFork) {
+  RestoreStrategy restore;
+  brisk_set_strategy(BRISK_STRATEGY_BALANCED);
+  const auto delay = static_cast<unsigned>(Id::kPurgeDelayMs);
+  const std::int64_t speed = brisk::options::get_for(Id::kPurgeDelayMs, Strategy::kSpeed);
+  const std::int64_t balanced = brisk::options::get_for(Id::kPurgeDelayMs, Strategy::kBalanced);
+  ASSERT_NE(speed, balanced);
+  brisk::options::g_value[delay].store(speed + 1);  // as if the fork cut a switch short
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(brisk::options::get(Id::kPurgeDelayMs) == balanced ? 0 : 1);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child kept the speed mode's purge delay";
+  brisk::options::drop_kept_values();
 }
 
 TEST(Strategy, SwitchingIsCountedSoHeapsRereadTheirLevers) {

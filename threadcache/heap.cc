@@ -145,8 +145,11 @@ BRISK_NOINLINE void free_slow(void* p) {
 }
 
 void heap_refresh_levers_slow(Heap* h) {
+  // The epoch first (an acquire), then the strategy it follows, and the lever computed from
+  // them: get() could still hold the previous strategy's value a moment after the epoch moved,
+  // and the heap would keep it until the next switch.
   h->lever_epoch = options::strategy_epoch();
-  h->batch_bytes = static_cast<std::size_t>(options::get(options::Id::kRemoteBatchBytes));
+  h->batch_bytes = static_cast<std::size_t>(options::get_for(options::Id::kRemoteBatchBytes, options::strategy()));
 }
 
 std::size_t heap_collect(Heap* h) {

@@ -20,6 +20,7 @@
 #include "core/central_pool.h"
 #include "core/large.h"
 #include "core/lock.h"
+#include "core/options.h"
 #include "core/platform.h"
 #include "core/platform_fork.h"
 #include "core/stats.h"
@@ -254,6 +255,9 @@ void atfork_child() {
     if (f.stdio_locked) platform::stdio_list_reset_in_child();
   }
   f.locked = f.stdio_locked = false;
+  // A switch of strategy, or a lever resolution racing one, may have been cut short by the
+  // fork: the child re-resolves every lever (core/options.cc's get_slow).
+  options::drop_kept_values();
   stats::g.heaps_live.store(heap_is_attached(t_heap) ? 1 : 0, std::memory_order_relaxed);
   background_reset_in_child();
   // The other threads are gone; their heaps stay as they were, attached to no thread.
