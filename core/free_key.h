@@ -10,8 +10,8 @@
 //     "safe-linking", keyed with the secret rather than with address bits alone). The
 //     multiplier's top bit is set: two block addresses differ by 16 or more after the xor with
 //     offset (their lowest differing bit is bit 4 or above), so their products differ by at
-//     least 2^67 and their masks by at least 7. With a multiplier below 2^60, neighbouring
-//     blocks often had the same mask (free_key_test failed about 1 run in 40).
+//     least 2^67 and their masks by at least 7 (with a small multiplier, neighbouring blocks
+//     would often share a mask).
 // One observed key and its address do not give the secret: for every odd multiplier there is
 // an offset that fits them, and each pair predicts other blocks' keys differently. Nor does a
 // key give the link mask of its block (the other half of the product). So a program that reads

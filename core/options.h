@@ -42,9 +42,8 @@ enum class Id : unsigned {
 };
 
 // Each option's value under the strategy in force (the environment's, if set), plus one; 0
-// (kUnresolved) until get() first reads it and after a switch of strategy. So get() is a load,
-// a compare and a subtract (it was a call reading the environment's cache and the strategy:
-// 147 of the 729 instructions of a 100 KB malloc+free pair, callgrind).
+// (kUnresolved) until get() first reads it and after a switch of strategy. So get(), which the
+// medium and large paths call several times per block, is a load, a compare and a subtract.
 inline constexpr std::int64_t kUnresolved = 0;
 extern std::atomic<std::int64_t> g_value[static_cast<unsigned>(Id::kCount)];
 std::int64_t get_slow(Id id);
