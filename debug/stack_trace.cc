@@ -510,6 +510,13 @@ std::uint32_t StackDepot::store(const std::uintptr_t* frames, int depth) {
       // pass max_stacks_ by fewer than the number of threads; the table has twice max_stacks_
       // slots, and a probe that finds it full anyway drops the stack (above).
       if (stored_.load(std::memory_order_relaxed) >= max_stacks_) {
+        // Full, or made full just now by a store that published into this very slot: that
+        // store may have been this stack's (two threads storing it at once), which is not lost.
+        id = table_[slot].load(std::memory_order_acquire);
+        if (id != kNoStack) {
+          if (same(id)) return id;
+          continue;  // another stack took the slot: probe on
+        }
         dropped_.fetch_add(1, std::memory_order_relaxed);
         return kNoStack;
       }
