@@ -509,7 +509,9 @@ std::uint32_t StackDepot::store(const std::uintptr_t* frames, int depth) {
       // must not make a third one's different stack look like overflow. Racing publishers can
       // pass max_stacks_ by fewer than the number of threads; the table has twice max_stacks_
       // slots, and a probe that finds it full anyway drops the stack (above).
-      if (stored_.load(std::memory_order_relaxed) >= max_stacks_) {
+      // Acquire, with the release count after each publication: a count seen full shows every
+      // publication that made it so, such as one into this very slot.
+      if (stored_.load(std::memory_order_acquire) >= max_stacks_) {
         // Full, or made full just now by a store that published into this very slot: that
         // store may have been this stack's (two threads storing it at once), which is not lost.
         id = table_[slot].load(std::memory_order_acquire);
@@ -534,7 +536,7 @@ std::uint32_t StackDepot::store(const std::uintptr_t* frames, int depth) {
     }
     // Release publishes the record's contents with its id.
     if (table_[slot].compare_exchange_strong(id, fresh, std::memory_order_release, std::memory_order_acquire)) {
-      stored_.fetch_add(1, std::memory_order_relaxed);
+      stored_.fetch_add(1, std::memory_order_release);
       return fresh;
     }
     if (same(id)) return id;
