@@ -56,6 +56,11 @@ inline constexpr std::size_t kRemoteBatchBytes = 256 * 1024;
 // their spans.
 inline constexpr unsigned kRetainedLargeSpans = 16;
 
+// The most page runs of freed medium blocks a thread keeps for its next medium blocks (their
+// bytes are bounded by BRISK_MEDIUM_CACHE_BYTES, a strategy lever). Searched linearly on every
+// medium allocation.
+inline constexpr unsigned kMediumCacheSlots = 8;
+
 // Free-list links are stored XOR a secret per-block mask (core/free_key.h), and alloc_small
 // checks each decoded link, so an overwritten link in a freed block cannot make malloc return
 // an address of the writer's choice. It costs a multiply and a check per allocation: malloc

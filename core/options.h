@@ -38,6 +38,7 @@ enum class Id : unsigned {
   kPurgeReused,       // BRISK_PURGE_REUSED: 1: a decay purge also takes pages used since its previous check
   kPurgeSpanTails,    // BRISK_PURGE_SPAN_TAILS: 1: a new small span gives back the resident pages past its first carve
   kMediumMax,         // BRISK_MEDIUM_MAX: blocks above it (up to kMediumMax) are large blocks, not chunk page runs
+  kMediumCacheBytes,  // BRISK_MEDIUM_CACHE_BYTES: page runs of freed medium blocks a thread keeps for its next ones
   kCount
 };
 

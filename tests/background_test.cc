@@ -3,7 +3,8 @@
 // test process runs with BRISK_BACKGROUND=0 (no thread of brisk's own), BRISK_PURGE_BYTES=1g
 // (no purge by the threads themselves), BRISK_PURGE_DELAY_MS=100 and BRISK_IDLE_MS=10 (a heap
 // is idle after 10 ms without a slow path; tests/CMakeLists.txt), so only the passes the test
-// makes return memory.
+// makes return memory; and BRISK_MEDIUM_CACHE_BYTES=0, so a freed medium block's pages are free
+// pages of its chunk at once (medium_cache_test tests the cache).
 #include <brisk/brisk.h>
 #include <gtest/gtest.h>
 

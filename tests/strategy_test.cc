@@ -211,6 +211,7 @@ TEST(Strategy, TheReadmeLeversTableMatchesTheCode) {
       {"BRISK_REMOTE_BATCH_BYTES", Id::kRemoteBatchBytes}, {"BRISK_BACKGROUND", Id::kBackground},
       {"BRISK_IDLE_MS", Id::kIdleMs},         {"BRISK_PURGE_ADVICE", Id::kPurgeAdvice},
       {"BRISK_PURGE_SPAN_TAILS", Id::kPurgeSpanTails},  {"BRISK_MEDIUM_MAX", Id::kMediumMax},
+      {"BRISK_MEDIUM_CACHE_BYTES", Id::kMediumCacheBytes},
   };
   std::string line;
   bool in_section = false;

@@ -11,6 +11,7 @@
 #include "core/large.h"
 #include "core/report.h"
 #include "threadcache/debug_switch.h"
+#include "threadcache/medium.h"
 #include "threadcache/orphans.h"
 #include "threadcache/purge.h"
 #include "threadcache/remote_free.h"
@@ -164,6 +165,7 @@ std::size_t heap_collect(Heap* h) {
       heap_release_span(h, s);
     }
   }
+  medium_cache_flush(h);
   return heap_purge(h, 0);
 }
 

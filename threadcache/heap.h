@@ -66,6 +66,12 @@ class alignas(BRISK_CACHELINE) Heap {
   std::uint8_t retained_count = 0;
   std::uint8_t retained_next = 0;
   std::uint64_t aged_at_ms = 0;          // when the chunks' `aged` sets were taken
+  // Spans of freed medium blocks kept for the next ones (threadcache/medium.cc), oldest first,
+  // under slow_lock; the count is a relaxed atomic (store_shared) that the background thread
+  // and brisk_trim read before they try the lock.
+  Span* medium_cache[kMediumCacheSlots] = {};
+  std::uint8_t medium_cache_count = 0;
+  std::size_t medium_cache_bytes = 0;
   // Strategy levers this heap caches for its per-free paths, read again when the strategy
   // epoch moves (heap_refresh_levers): a switch reaches the heap at its next refill or batch.
   std::size_t batch_bytes = kRemoteBatchBytes;

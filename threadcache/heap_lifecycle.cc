@@ -27,6 +27,7 @@
 #include "threadcache/heap.h"
 #include "threadcache/background.h"
 #include "threadcache/debug_switch.h"
+#include "threadcache/medium.h"
 #include "threadcache/orphans.h"
 #include "threadcache/remote_free.h"
 #include "threadcache/span_pages.h"
@@ -105,6 +106,9 @@ void heap_reset(Heap* h) {
   for (auto& r : h->retained) r = false;
   h->retained_count = 0;
   h->retained_next = 0;
+  for (auto& s : h->medium_cache) s = nullptr;
+  store_shared(h->medium_cache_count, std::uint8_t{0});
+  h->medium_cache_bytes = 0;
   h->pool_next = nullptr;
   h->remote_frees_sent.store(0, std::memory_order_relaxed);
   h->remote_frees_received.store(0, std::memory_order_relaxed);
@@ -120,6 +124,7 @@ void heap_detach(Heap* h) {
   Block* b = h->incoming.close();
   for (unsigned c = 0; c < kNumClasses; ++c) set_current(h, c, &g_empty_span);
   heap_process_blocks(h, b);
+  medium_cache_flush(h);
   // Take spans from the head each time: releasing one unlinks it, and an orphaned span must
   // leave the list before another heap can adopt it.
   while (Span* s = h->all_spans) {

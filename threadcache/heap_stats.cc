@@ -52,10 +52,17 @@ void visit_chunk(Chunk* c, void* context) {
     std::uint64_t used = load_shared(s.used);
     Heap* owner = s.owner.load(std::memory_order_relaxed);
     if (kind == SpanKind::kMedium) {
-      // In use: its usable size (medium.cc); resident: its pages.
-      t.medium_bytes_in_use += load_shared(s.block_size);
-      ++t.medium_live_blocks;
-      t.resident_estimate += std::uint64_t{load_shared(s.page_count)} << kPageShift;
+      // Resident: its pages. Live (used 1): its usable size is in use (medium.cc); freed and kept
+      // in its heap's medium cache (used 0): its pages are the thread cache's.
+      const std::uint64_t pages = std::uint64_t{load_shared(s.page_count)} << kPageShift;
+      t.resident_estimate += pages;
+      if (used != 0) {
+        t.medium_bytes_in_use += load_shared(s.block_size);
+        ++t.medium_live_blocks;
+      } else {
+        t.thread_cache_bytes += pages;
+        if (HeapCounts* hc = find_heap(w, owner)) hc->cache_bytes += pages;
+      }
       continue;
     }
     unsigned cls = load_shared(s.size_class);

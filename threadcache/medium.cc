@@ -5,6 +5,7 @@
 
 #include "core/assert.h"
 #include "core/chunk.h"
+#include "core/options.h"
 #include "threadcache/remote_free.h"
 #include "threadcache/span_pages.h"
 
@@ -16,15 +17,65 @@ unsigned pages_for(std::size_t size) { return static_cast<unsigned>((size + kPag
 // A medium block's usable size is its request rounded up to kMinAlign, not its pages: realloc
 // copies the old usable size when the block must move, and a 70 KiB block in two 64 KiB pages
 // would copy 128 KiB (MMtest medium: every block from 70 KiB up moves once). The pages' tail
-// stays part of the span; a realloc within the pages only changes this size.
+// stays part of the span; a realloc within the pages only changes this size. A span taken from
+// the cache may have more pages than the size needs (medium_cache_pick).
 void set_medium_geometry(Span* s, unsigned pages, std::size_t size) {
   auto bytes = static_cast<std::uint32_t>((size + kMinAlign - 1) & ~(kMinAlign - 1));
-  BRISK_ASSERT(pages_for(bytes) == pages);
+  BRISK_ASSERT(pages_for(bytes) <= pages);
   store_shared(s->page_count, static_cast<std::uint8_t>(pages));
   store_shared(s->block_size, bytes);
   s->span_bytes = bytes;
   store_shared(s->carved_bytes, bytes);
   s->reciprocal = ((std::uint64_t{1} << kReciprocalShift) + bytes - 1) / bytes;
+}
+
+// The medium cache: a freed medium block's span stays with its heap, still owned, linked and of
+// kind kMedium, with `used` 0 and the free key in its block (a second free of the block is then
+// reported as a double free, by the owner's free_fast or by a remote free's exchange), until
+// the heap's next medium block takes it, or it is evicted, flushed or the heap detaches. Only
+// under the heap's slow lock. It is the thread cache idea (tcmalloc, mimalloc) applied to page
+// runs: without it every medium malloc and free claims and releases pages in the chunk's page
+// sets (two compare-and-swaps, the descriptor's set-up and the purge accounting).
+
+std::size_t run_bytes(const Span* s) { return std::size_t{s->page_count} << kPageShift; }
+
+Span* medium_cache_remove(Heap* h, unsigned i) {
+  Span* s = h->medium_cache[i];
+  unsigned n = h->medium_cache_count;
+  for (unsigned j = i + 1; j < n; ++j) h->medium_cache[j - 1] = h->medium_cache[j];
+  h->medium_cache[n - 1] = nullptr;
+  store_shared(h->medium_cache_count, static_cast<std::uint8_t>(n - 1));
+  h->medium_cache_bytes -= run_bytes(s);
+  return s;
+}
+
+// The cached span for a block of `pages` pages: of those with `pages` to 1.5 x `pages` pages,
+// the one with the most (newest first among equals), so that a block that grows by realloc
+// finds its pages already there (MMtest medium doubles every block); -1 if none fits. More
+// than half again would hold pages a live block does not use for as long as it lives.
+int medium_cache_pick(const Heap* h, unsigned pages) {
+  unsigned most = pages + pages / 2;
+  int best = -1;
+  unsigned best_pages = 0;
+  for (int i = h->medium_cache_count - 1; i >= 0; --i) {
+    unsigned n = h->medium_cache[i]->page_count;
+    if (n >= pages && n <= most && n > best_pages) {
+      best = i;
+      best_pages = n;
+    }
+  }
+  return best;
+}
+
+std::size_t medium_cache_budget(const Heap* h) {
+  // A debug heap's blocks wait in its quarantine already; its spans go back as before.
+  return h->is_debug ? 0 : static_cast<std::size_t>(options::get(options::Id::kMediumCacheBytes));
+}
+
+// Releases the oldest cached spans until the cache holds at most `bytes` and `slots` spans.
+void medium_cache_shrink(Heap* h, std::size_t bytes, unsigned slots) {
+  while (h->medium_cache_count != 0 && (h->medium_cache_bytes > bytes || h->medium_cache_count > slots))
+    heap_release_span(h, medium_cache_remove(h, 0));
 }
 
 }  // namespace
@@ -39,14 +90,30 @@ void* alloc_medium(Heap* h, std::size_t size, bool zero) {
     // (free_remote_medium).
     HeapSlowLock lock(h);
     if (!h->incoming.empty()) heap_drain_incoming(h);
-    s = span_create(h, pages, &dirty);
-    if (s == nullptr) return nullptr;
-    set_medium_geometry(s, pages, size);
-    store_shared(s->used, 1u);
-    store_shared(s->size_class, std::uint8_t{0});
-    store_shared(s->kind, SpanKind::kMedium);
-    s->owner.store(h, std::memory_order_release);
-    heap_link_span(h, s);
+    int i = medium_cache_pick(h, pages);
+    if (i >= 0) {
+      // Owned and linked already; its pages held a block (dirty).
+      s = medium_cache_remove(h, static_cast<unsigned>(i));
+      set_medium_geometry(s, s->page_count, size);
+      store_shared(s->used, 1u);
+    } else {
+      // A miss gives back the oldest cached run, before the claim that may take its pages: runs
+      // of sizes the thread no longer asks for (a string growing by a page at a time leaves one
+      // per size) do not stay for good. A switch to a smaller budget reaches the cache here too,
+      // and at the next free.
+      if (h->medium_cache_count != 0) {
+        heap_release_span(h, medium_cache_remove(h, 0));
+        medium_cache_shrink(h, medium_cache_budget(h), kMediumCacheSlots);
+      }
+      s = span_create(h, pages, &dirty);
+      if (s == nullptr) return nullptr;
+      set_medium_geometry(s, pages, size);
+      store_shared(s->used, 1u);
+      store_shared(s->size_class, std::uint8_t{0});
+      store_shared(s->kind, SpanKind::kMedium);
+      s->owner.store(h, std::memory_order_release);
+      heap_link_span(h, s);
+    }
   }
   auto* b = reinterpret_cast<Block*>(s->start);
   if (zero && dirty != 0) {
@@ -55,6 +122,34 @@ void* alloc_medium(Heap* h, std::size_t size, bool zero) {
     b->key = 0;
   }
   return b;
+}
+
+void medium_freed(Heap* h, Span* s) {
+  BRISK_ASSERT(s->kind == SpanKind::kMedium && s->used == 0 && s->owner.load(std::memory_order_relaxed) == h);
+  std::size_t budget = medium_cache_budget(h);
+  std::size_t bytes = run_bytes(s);
+  if (bytes > budget) {
+    heap_release_span(h, s);
+    return;
+  }
+  medium_cache_shrink(h, budget - bytes, kMediumCacheSlots - 1);
+  h->medium_cache[h->medium_cache_count] = s;
+  store_shared(h->medium_cache_count, static_cast<std::uint8_t>(h->medium_cache_count + 1));
+  h->medium_cache_bytes += bytes;
+}
+
+std::size_t medium_cache_flush(Heap* h) {
+  std::size_t bytes = h->medium_cache_bytes;
+  medium_cache_shrink(h, 0, 0);
+  return bytes;
+}
+
+std::size_t medium_cache_flush_tried(Heap* h) {
+  if (load_shared(h->medium_cache_count) == 0 || !h->slow_lock.try_lock()) return 0;
+  // A heap that stopped serving flushed its cache when it detached.
+  std::size_t bytes = h->serving ? medium_cache_flush(h) : 0;
+  h->slow_lock.unlock();
+  return bytes;
 }
 
 bool medium_resize_in_place(Span* s, std::size_t new_size) {

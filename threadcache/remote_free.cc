@@ -4,6 +4,7 @@
 #include "core/chunk.h"
 #include "core/report.h"
 #include "core/stats.h"
+#include "threadcache/medium.h"
 #include "threadcache/orphans.h"
 #include "threadcache/span_pages.h"
 
@@ -86,7 +87,7 @@ bool free_remote_medium(Heap* h, Heap* owner, Span* s) {
   if (released) {
     BRISK_ASSERT(s->kind == SpanKind::kMedium && s->used == 1);
     std::atomic_ref<std::uint32_t>(s->used).store(0, std::memory_order_relaxed);
-    heap_release_span(owner, s);
+    medium_freed(owner, s);
     stats::add(owner->remote_frees_received, 1);
   }
   owner->slow_lock.unlock();

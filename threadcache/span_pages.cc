@@ -6,6 +6,7 @@
 #include "core/options.h"
 #include "core/platform.h"
 #include "threadcache/background.h"
+#include "threadcache/medium.h"
 #include "threadcache/purge.h"
 
 namespace brisk {
@@ -291,6 +292,7 @@ BRISK_NOINLINE void free_local_adjust_locked(Span* s, Heap* h) {
     retain_empty_span(h, s->size_class);
     return;
   }
+  if (s->kind == SpanKind::kMedium) return medium_freed(h, s);
   heap_release_span(h, s);
 }
 

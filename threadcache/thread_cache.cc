@@ -46,6 +46,7 @@ std::size_t process_trim() {
   for (Heap* h = all_heaps(); h != nullptr; h = h->all_next) {
     if (h == t_heap) continue;
     reclaim_queued_frees(h);
+    medium_cache_flush_tried(h);
     Heap* d = std::atomic_ref<Heap*>(h->debug).load(std::memory_order_acquire);
     if (d != nullptr) reclaim_queued_frees(d);
   }

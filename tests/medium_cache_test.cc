@@ -1,0 +1,201 @@
+// The medium cache (threadcache/medium.cc): a freed medium block's page run stays with its
+// thread for the thread's next medium block, bounded by BRISK_MEDIUM_CACHE_BYTES, and comes back
+// to the chunks when the thread collects, when brisk_trim runs, when the thread stays idle or
+// exits, and when the strategy's budget shrinks. Run with BRISK_BACKGROUND=0 and
+// BRISK_IDLE_MS=10 (tests/CMakeLists.txt), so only the passes the test makes reclaim.
+#include <brisk/brisk.h>
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "core/platform.h"
+#include "tests/test_util.h"
+#include "threadcache/background.h"
+#include "threadcache/heap.h"
+
+using namespace brisk_test;
+
+namespace {
+
+constexpr std::size_t kPage = 64 * 1024;
+constexpr std::size_t kBlock = 100 * 1024;  // a medium block of two pages
+
+bool CacheOn() { return brisk_get_strategy() != BRISK_STRATEGY_LOW_MEMORY; }
+
+std::uint64_t CacheBytesOfThisThread() {
+  brisk::Heap* h = brisk::t_heap;
+  brisk::HeapSlowLock lock(h);
+  return h->medium_cache_bytes;
+}
+
+// The next medium block of the same pages takes the freed one's run: the same address, the old
+// contents gone only where calloc says so, and the statistics count the run as the thread's cache.
+TEST(MediumCache, AFreedMediumRunServesTheThreadsNextMediumBlock) {
+  if (!CacheOn()) GTEST_SKIP() << "low-memory keeps no medium cache";
+  std::thread([] {
+    void* p = brisk_malloc(kBlock);
+    ASSERT_NE(p, nullptr);
+    Fill(p, kBlock, 1);
+    const brisk_stats live = Stats();
+    brisk_free(p);
+    const brisk_stats freed = Stats();
+    EXPECT_EQ(live.medium_live_blocks - freed.medium_live_blocks, 1u);
+    EXPECT_EQ(freed.thread_cache_bytes - live.thread_cache_bytes, 2 * kPage);
+    EXPECT_EQ(CacheBytesOfThisThread(), 2 * kPage);
+    void* q = brisk_malloc(kBlock - 1000);
+    EXPECT_EQ(q, p) << "the cached run was expected to serve the next block of its pages";
+    EXPECT_EQ(brisk_usable_size(q), (kBlock - 1000 + 15) & ~std::size_t{15});
+    EXPECT_EQ(CacheBytesOfThisThread(), 0u);
+    brisk_free(q);
+    void* z = brisk_calloc(1, kBlock);
+    ASSERT_EQ(z, p);
+    for (std::size_t i = 0; i < kBlock; ++i) ASSERT_EQ(static_cast<unsigned char*>(z)[i], 0) << "at " << i;
+    brisk_free(z);
+  }).join();
+}
+
+// A run with up to half again the pages a block needs serves it, the one with the most pages
+// first: a block that then grows by realloc into those pages stays where it is.
+TEST(MediumCache, ABlockFromALargerRunGrowsInPlace) {
+  if (!CacheOn()) GTEST_SKIP() << "low-memory keeps no medium cache";
+  std::thread([] {
+    void* two = brisk_malloc(2 * kPage);
+    void* three = brisk_malloc(3 * kPage);
+    void* four = brisk_malloc(4 * kPage);
+    brisk_free(two);
+    brisk_free(three);
+    brisk_free(four);  // 4 pages: too many for a block of 2
+    void* p = brisk_malloc(kBlock);
+    EXPECT_EQ(p, three);
+    Fill(p, kBlock, 2);
+    void* q = brisk_realloc(p, 3 * kPage - 100);
+    EXPECT_EQ(q, p) << "the run's third page was expected to take the growth";
+    EXPECT_TRUE(Verify(q, kBlock, 2));
+    brisk_free(q);
+    brisk_thread_collect();
+  }).join();
+}
+
+// A second free of a block whose run waits in the cache is named as a double free.
+TEST(MediumCacheDeathTest, ASecondFreeOfACachedBlockIsADoubleFree) {
+  if (!CacheOn()) GTEST_SKIP() << "low-memory keeps no medium cache";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        void* p = brisk_malloc(kBlock);
+        brisk_free(p);
+        brisk_free(p);
+      },
+      "double free of 0x");
+  EXPECT_DEATH(
+      {
+        void* p = brisk_malloc(kBlock);
+        brisk_free(p);
+        std::thread([p] { brisk_free(p); }).join();  // a remote free of it
+      },
+      "double free of 0x");
+}
+
+// A worker that frees medium blocks and then blocks, as a pool thread waiting for work does.
+class IdleWorkerWithCachedRuns {
+ public:
+  static constexpr int kBlocks = 4;
+  IdleWorkerWithCachedRuns() {
+    worker_ = std::thread([this] {
+      void* p[kBlocks];
+      for (void*& b : p) {
+        b = brisk_malloc(kBlock);
+        Fill(b, kBlock, 3);
+      }
+      for (void* b : p) brisk_free(b);
+      std::unique_lock<std::mutex> lock(m_);
+      cached_ = CacheBytesOfThisThread();
+      ready_ = true;
+      cv_.notify_all();
+      cv_.wait(lock, [this] { return done_; });
+      left_ = CacheBytesOfThisThread();
+    });
+    std::unique_lock<std::mutex> lock(m_);
+    cv_.wait(lock, [this] { return ready_; });
+  }
+  ~IdleWorkerWithCachedRuns() {
+    if (worker_.joinable()) Finish();
+  }
+  std::uint64_t cached() const { return cached_; }
+  // Wakes the worker and returns the bytes its cache held then.
+  std::uint64_t Finish() {
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    worker_.join();
+    return left_;
+  }
+
+ private:
+  std::thread worker_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool ready_ = false, done_ = false;
+  std::uint64_t cached_ = 0, left_ = ~std::uint64_t{0};
+};
+
+// Runs reclaim() beside a worker that cached runs and blocked: the worker's cache must be empty
+// after it, and the process's thread cache bytes lower by at least what the worker cached.
+template <class Reclaim>
+void ExpectTheIdleWorkersRunsTaken(Reclaim reclaim) {
+  IdleWorkerWithCachedRuns idle;
+  ASSERT_EQ(idle.cached(), IdleWorkerWithCachedRuns::kBlocks * 2 * kPage);
+  const brisk_stats before = Stats();
+  reclaim();
+  const brisk_stats after = Stats();
+  EXPECT_LE(after.thread_cache_bytes + idle.cached(), before.thread_cache_bytes)
+      << "before " << before.thread_cache_bytes << ", after " << after.thread_cache_bytes;
+  EXPECT_EQ(idle.Finish(), 0u);
+}
+
+TEST(MediumCache, BriskTrimTakesTheRunsOtherThreadsCached) {
+  if (!CacheOn()) GTEST_SKIP() << "low-memory keeps no medium cache";
+  ExpectTheIdleWorkersRunsTaken([] { brisk_trim(); });
+}
+
+TEST(MediumCache, TheBackgroundPassTakesTheRunsOfAnIdleThread) {
+  if (!CacheOn()) GTEST_SKIP() << "low-memory keeps no medium cache";
+  ASSERT_STREQ(getenv("BRISK_BACKGROUND"), "0") << "run through ctest (medium_cache_test)";
+  ExpectTheIdleWorkersRunsTaken([] {
+    // The first pass sees the worker's heap; 1 s later (BRISK_IDLE_MS=10) it is idle.
+    std::uint64_t now = brisk::platform::now_ms();
+    brisk::background_pass(now);
+    brisk::background_pass(now + 1000);
+  });
+}
+
+// brisk_thread_collect gives the thread's cached runs back, and a switch to low-memory (no
+// cache) empties the cache at the thread's next medium block.
+TEST(MediumCache, CollectAndASwitchToLowMemoryEmptyTheCache) {
+  if (!CacheOn()) GTEST_SKIP() << "low-memory keeps no medium cache";
+  std::thread([] {
+    brisk_free(brisk_malloc(kBlock));
+    EXPECT_EQ(CacheBytesOfThisThread(), 2 * kPage);
+    brisk_thread_collect();
+    EXPECT_EQ(CacheBytesOfThisThread(), 0u);
+    void* a = brisk_malloc(kBlock);
+    void* b = brisk_malloc(3 * kPage);
+    brisk_free(a);
+    EXPECT_EQ(CacheBytesOfThisThread(), 2 * kPage);
+    const brisk_strategy was = brisk_get_strategy();
+    brisk_set_strategy(BRISK_STRATEGY_LOW_MEMORY);
+    void* c = brisk_malloc(4 * kPage);  // fits no cached run: the cache shrinks to the budget
+    EXPECT_EQ(CacheBytesOfThisThread(), 0u);
+    brisk_free(b);
+    EXPECT_EQ(CacheBytesOfThisThread(), 0u);
+    brisk_free(c);
+    brisk_set_strategy(was);
+  }).join();
+}
+
+}  // namespace
