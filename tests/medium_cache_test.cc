@@ -79,6 +79,28 @@ TEST(MediumCache, ABlockFromALargerRunGrowsInPlace) {
   }).join();
 }
 
+// A realloc that grows a block inside the spare pages of its run keeps them all, even when the
+// new size needs fewer pages than the run has; a realloc that shrinks gives back the pages
+// past its new size.
+TEST(MediumCache, AGrowingReallocKeepsTheRunsSparePagesAndAShrinkingOneGivesThemBack) {
+  if (!CacheOn()) GTEST_SKIP() << "low-memory keeps no medium cache";
+  std::thread([] {
+    brisk_free(brisk_malloc(3 * kPage));
+    void* p = brisk_malloc(kBlock);
+    auto a = reinterpret_cast<std::uintptr_t>(p);
+    brisk::Span* s = brisk::chunk_of(a)->span_of(a);
+    ASSERT_EQ(s->page_count, 3u) << "the 3-page run was expected to serve a 2-page block";
+    void* q = brisk_realloc(p, kBlock + 1000);  // grows, still within 2 pages
+    ASSERT_EQ(q, p);
+    EXPECT_EQ(s->page_count, 3u) << "a growing realloc gave back the run's spare page";
+    q = brisk_realloc(q, kBlock);  // shrinks
+    ASSERT_EQ(q, p);
+    EXPECT_EQ(s->page_count, 2u) << "a shrinking realloc kept the page past its new size";
+    brisk_free(q);
+    brisk_thread_collect();
+  }).join();
+}
+
 // A second free of a block whose run waits in the cache is named as a double free.
 TEST(MediumCacheDeathTest, ASecondFreeOfACachedBlockIsADoubleFree) {
   if (!CacheOn()) GTEST_SKIP() << "low-memory keeps no medium cache";
@@ -196,6 +218,51 @@ TEST(MediumCache, CollectAndASwitchToLowMemoryEmptyTheCache) {
     brisk_free(c);
     brisk_set_strategy(was);
   }).join();
+}
+
+// A block whose run came from the cache, freed by another thread into the queue of its owner,
+// which then blocks: brisk_trim's reclaim of that queue gives the span back, as it does for a
+// block in a fresh run (the cache hit must leave no trace of the free that cached the run).
+bool QueuedFreeReclaimed(bool from_cache) {
+  std::mutex m;
+  std::condition_variable cv;
+  bool ready = false, done = false;
+  brisk::Heap* owner = nullptr;
+  void* p = nullptr;
+  std::thread worker([&] {
+    if (from_cache) brisk_free(brisk_malloc(kBlock));
+    void* b = brisk_malloc(kBlock);
+    std::unique_lock<std::mutex> lock(m);
+    owner = brisk::t_heap;
+    p = b;
+    ready = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return done; });
+  });
+  {
+    std::unique_lock<std::mutex> lock(m);
+    cv.wait(lock, [&] { return ready; });
+  }
+  owner->slow_lock.lock();  // free_remote_medium's try fails: the block goes to the owner's queue
+  brisk_free(p);
+  owner->slow_lock.unlock();
+  brisk_thread_collect();  // sends this thread's outgoing batch
+  brisk_trim();            // reclaims the owner's queue
+  const bool reclaimed = owner->incoming.empty();
+  {
+    std::lock_guard<std::mutex> lock(m);
+    done = true;
+  }
+  cv.notify_all();
+  worker.join();
+  return reclaimed;
+}
+
+TEST(MediumCache, AQueuedFreeOfABlockInAFreshRunIsReclaimed) { EXPECT_TRUE(QueuedFreeReclaimed(false)); }
+
+TEST(MediumCache, AQueuedFreeOfABlockInACachedRunIsReclaimed) {
+  if (!CacheOn()) GTEST_SKIP() << "low-memory keeps no medium cache";
+  EXPECT_TRUE(QueuedFreeReclaimed(true));
 }
 
 }  // namespace

@@ -95,6 +95,9 @@ void* alloc_medium(Heap* h, std::size_t size, bool zero) {
       // Owned and linked already; its pages held a block (dirty).
       s = medium_cache_remove(h, static_cast<unsigned>(i));
       set_medium_geometry(s, s->page_count, size);
+      // The free that cached it pushed its block on the span's free list; a reclaim of frees
+      // queued to h (background.cc) leaves a span alone while its free list looks non-empty.
+      s->free = nullptr;
       store_shared(s->used, 1u);
     } else {
       // A miss gives back the oldest cached run, before the claim that may take its pages: runs
@@ -157,7 +160,10 @@ bool medium_resize_in_place(Span* s, std::size_t new_size) {
   unsigned pages = s->page_count;
   unsigned want = pages_for(new_size);
   Chunk* ch = chunk_of(reinterpret_cast<std::uintptr_t>(s->start));
-  if (want == pages) {
+  // A block that grows keeps every page of its span, the spare pages of a run taken from the
+  // cache included (they are there for this growth); one that shrinks gives back the pages past
+  // its new size.
+  if (want == pages || (want < pages && new_size >= s->block_size)) {
     set_medium_geometry(s, pages, new_size);
     return true;
   }

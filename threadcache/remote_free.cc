@@ -74,8 +74,10 @@ void outgoing_add(Heap* h, Heap* dest, Block* b, std::size_t size) {
 
 // A medium span holds one block, so a remote free of it empties the span: rather than queue it to
 // an owner that may not run for a while (on prodcons, frees queued to descheduled producers held
-// 30-60 MiB, mostly medium blocks, while the other producers took fresh pages), the freer gives
-// the pages back to the chunk itself, where any heap's next span takes them. Sound as the
+// 30-60 MiB, mostly medium blocks, while the other producers took fresh pages), the freer puts
+// the span in the owner's medium cache (bounded: BRISK_MEDIUM_CACHE_BYTES, so a descheduled
+// owner holds at most that; the producer's next medium block reuses it) or gives the pages back
+// to the chunk itself, where any heap's next span takes them. Sound as the
 // background thread's reclaim is (background.cc): this free claimed the block, so s has no live
 // block; a medium span is never installed, so neither of the owner's fast paths reads it; and
 // the owner's slow paths, which change its span list, wait on its slow lock. Only tried: a
