@@ -13,6 +13,7 @@
 
 #include "core/platform.h"
 #include "tests/test_util.h"
+#include "core/options.h"
 #include "threadcache/background.h"
 #include "threadcache/heap.h"
 
@@ -98,6 +99,20 @@ TEST(MediumCache, AGrowingReallocKeepsTheRunsSparePagesAndAShrinkingOneGivesThem
     EXPECT_EQ(s->page_count, 2u) << "a shrinking realloc kept the page past its new size";
     brisk_free(q);
     brisk_thread_collect();
+  }).join();
+}
+
+// A run of more than half the budget is given back at once: a few big runs would fill it.
+TEST(MediumCache, ARunOfMoreThanHalfTheBudgetIsNotKept) {
+  if (!CacheOn()) GTEST_SKIP() << "low-memory keeps no medium cache";
+  const auto budget = static_cast<std::size_t>(brisk::options::get(brisk::options::Id::kMediumCacheBytes));
+  if (budget / 2 + kPage > 2 * 1024 * 1024) GTEST_SKIP() << "no medium block is bigger than half this budget";
+  std::thread([budget] {
+    brisk_free(brisk_malloc(budget / 2));
+    EXPECT_EQ(CacheBytesOfThisThread(), budget / 2);
+    brisk_thread_collect();
+    brisk_free(brisk_malloc(budget / 2 + 1));
+    EXPECT_EQ(CacheBytesOfThisThread(), 0u);
   }).join();
 }
 

@@ -131,7 +131,9 @@ void medium_freed(Heap* h, Span* s) {
   BRISK_ASSERT(s->kind == SpanKind::kMedium && s->used == 0 && s->owner.load(std::memory_order_relaxed) == h);
   std::size_t budget = medium_cache_budget(h);
   std::size_t bytes = run_bytes(s);
-  if (bytes > budget) {
+  // A run of more than half the budget is not kept: a few big runs would take all of it, and
+  // a block of that size costs more to use than its run's claim and release.
+  if (bytes > budget / 2) {
     heap_release_span(h, s);
     return;
   }

@@ -13,8 +13,8 @@ bool medium_resize_in_place(Span* s, std::size_t new_size);
 
 // The medium cache (medium.cc): spans of freed medium blocks a heap keeps for its next ones,
 // at most kMediumCacheSlots of them and BRISK_MEDIUM_CACHE_BYTES in all (the oldest go first).
-// With h's slow lock held (by its owner, or by a thread that took it: free_remote_medium):
-// s, a medium span of h whose block was just freed, is kept or given back to its chunk.
+// With h's slow lock held by its owner: s, a medium span of h whose block the owner just freed,
+// is kept or given back to its chunk.
 void medium_freed(Heap* h, Span* s);
 // With h's slow lock held: gives every cached span back to its chunk; returns their bytes.
 std::size_t medium_cache_flush(Heap* h);
