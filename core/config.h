@@ -49,7 +49,7 @@ inline constexpr std::size_t kRemoteBatchBytes = 256 * 1024;
 
 // A thread keeps the current span of a class even when it empties, so alloc/free ping-pong
 // stays on the fast path. One-page spans are always kept (at most 56 of them); of the larger
-// ones (classes above 8 KiB, up to 512 KiB a span) only the BRISK_RETAINED_SPANS most recently
+// ones (classes above 8 KiB, up to 256 KiB a span) only the BRISK_RETAINED_SPANS most recently
 // emptied (a strategy lever, at most kRetainedLargeSpans), since empty spans kept are resident
 // pages no purge reaches. For speed it must exceed the number of large classes a workload
 // cycles through (MMtest's medium test cycles through 12), or each pass releases and recreates

@@ -11,6 +11,7 @@
 
 #include "core/chunk.h"
 #include "core/config.h"
+#include "core/options.h"
 #include "core/size_class.h"
 #include "tests/test_util.h"
 #include "threadcache/heap.h"
@@ -76,17 +77,18 @@ TEST(Span, CarvesOneOsPageAtATimeAndCountsUse) {
 
 TEST(Span, AFullSpanThatEmptiesGoesBackToItsChunk) {
   std::thread([] {
-    // Fill more than one span of the 64 KiB class (8 blocks a span), so the first span is no
-    // longer the class's current span; emptying it releases its pages.
+    // Fill more than one span of the 64 KiB class, so the first span is no longer the class's
+    // current span; emptying it releases its pages.
+    const unsigned per_span = kClasses[kNumClasses - 1].capacity;
     std::vector<void*> blocks;
-    for (int i = 0; i < 12; ++i) blocks.push_back(brisk_malloc(64 * 1024));
+    for (unsigned i = 0; i < per_span + per_span / 2; ++i) blocks.push_back(brisk_malloc(64 * 1024));
     Span* first = span_of(blocks[0]);
     Chunk* chunk = chunk_of(reinterpret_cast<std::uintptr_t>(first->start));
     unsigned page = first->first_page;
     std::vector<void*> in_first;
     for (void* p : blocks)
       if (span_of(p) == first) in_first.push_back(p);
-    ASSERT_EQ(in_first.size(), 8u);
+    ASSERT_EQ(in_first.size(), per_span);
     ASSERT_NE(t_heap->current[kNumClasses - 1], first);
     for (void* p : in_first) brisk_free(p);
     EXPECT_EQ(chunk->page_span[page], &chunk->spans[0]) << "the emptied span's pages are free";
@@ -101,7 +103,7 @@ TEST(Span, ANewSpanTakesTheResidentPagesOfAnEmptySpanKeptForAnotherClass) {
   // (BRISK_RETAINED_SPANS): alloc/free ping-pong then never recreates it. When another class
   // needs a new span and the thread's chunks have no other resident run, the kept span gives
   // its pages to the new one, rather than the new span faulting in fresh pages (a string growing
-  // through the classes). 40 and 48 KiB are different classes, both with 8-page spans.
+  // through the classes). 40 and 48 KiB are different classes, both with 4-page spans.
   std::thread([] {
     constexpr std::size_t kA = 40 * 1024, kB = 48 * 1024;
     ASSERT_NE(size_to_class(kA), size_to_class(kB));
@@ -160,26 +162,35 @@ TEST(Span, LowMemoryKeepsTheEmptiedSpansOfEveryClassARoundCyclesWhenFewBlocksAre
 }
 
 TEST(Span, LowMemoryReleasesTheSpanKeptLongestWhenTheKeptCarvedBytesPassTheBudget) {
-  // Three 8-page spans carved whole (12 x 40 KiB, 9 x 52 KiB, 8 x 60 KiB: about 470 KiB each)
-  // emptied in turn: the third passes low-memory's 1 MiB budget, so the first goes back.
+  // The 4-page spans of the seven classes from 40 KiB up, carved whole (about 230 KiB each),
+  // emptied in turn: together they pass low-memory's 1 MiB budget, so the ones kept longest go
+  // back and what stays kept is within the budget.
   LowMemoryMode low;
   std::thread([] {
-    constexpr std::size_t kSizes[] = {40960, 53248, 61440};
-    Span* spans[3] = {};
-    std::vector<void*> blocks[3];
-    for (int i = 0; i < 3; ++i) {  // all three live at once, so no new span takes a kept one's pages
-      unsigned c = size_to_class(kSizes[i]);
-      ASSERT_EQ(kClasses[c].span_pages, 8u);
-      for (unsigned k = 0; k < kClasses[c].capacity; ++k) blocks[i].push_back(brisk_malloc(kSizes[i]));
+    const unsigned first = size_to_class(40960);
+    const unsigned n = kNumClasses - first;
+    std::vector<Span*> spans(n);
+    std::vector<std::vector<void*>> blocks(n);
+    std::size_t carved = 0;
+    for (unsigned i = 0; i < n; ++i) {  // all live at once, so no new span takes a kept one's pages
+      const unsigned c = first + i;
+      ASSERT_EQ(kClasses[c].span_pages, 4u);
+      for (unsigned k = 0; k < kClasses[c].capacity; ++k) blocks[i].push_back(brisk_malloc(kClasses[c].size));
       spans[i] = span_of(blocks[i][0]);
       for (void* b : blocks[i]) ASSERT_EQ(span_of(b), spans[i]) << "one span holds the class's blocks";
       ASSERT_EQ(spans[i]->carved_bytes, kClasses[c].capacity * kClasses[c].size);
+      carved += spans[i]->carved_bytes;
     }
+    const auto budget = static_cast<std::size_t>(brisk::options::get(brisk::options::Id::kRetainedBytes));
+    ASSERT_GT(carved, budget) << "the spans must pass the budget together";
     for (auto& v : blocks)
       for (void* b : v) brisk_free(b);
-    EXPECT_EQ(t_heap->installed[size_to_class(kSizes[0])], &g_empty_span) << "the first span is still kept";
-    EXPECT_EQ(t_heap->installed[size_to_class(kSizes[1])], spans[1]);
-    EXPECT_EQ(t_heap->installed[size_to_class(kSizes[2])], spans[2]);
+    EXPECT_EQ(t_heap->installed[first], &g_empty_span) << "the span kept longest is still kept";
+    EXPECT_EQ(t_heap->installed[first + n - 1], spans[n - 1]) << "the span emptied last was not kept";
+    std::size_t kept = 0;
+    for (unsigned i = 0; i < n; ++i)
+      if (t_heap->installed[first + i] == spans[i]) kept += spans[i]->carved_bytes;
+    EXPECT_LE(kept, budget);
   }).join();
 }
 

@@ -314,14 +314,15 @@ std::string Printed(int json) {
 // claimed first) keeps them resident past its carved part until carving reaches them; they
 // stay counted (they dropped out of the estimate: 37-54 MiB of balanced realloc's peak).
 TEST(Stats, BytesResidentCountsTheResidentPagesPastASmallSpansCarvedPart) {
-  constexpr size_t kMedium = 512 * 1024, kBlock = 64 * 1024;  // a 64 KiB class's span: 8 pages
+  constexpr size_t kBlock = 64 * 1024;
+  constexpr size_t kMedium = brisk::kClasses[brisk::kNumClasses - 1].span_pages * brisk::kPageSize;  // the 64 KiB class's span
   if (brisk_get_strategy() == BRISK_STRATEGY_LOW_MEMORY) GTEST_SKIP() << "low-memory gives span tails back";
   std::thread([] {
     void* m = brisk_malloc(kMedium);
     ASSERT_NE(m, nullptr);
     std::memset(m, 1, kMedium);
     brisk_free(m);
-    {  // out of the thread's medium cache: 8 free pages that held data, resident
+    {  // out of the thread's medium cache: free pages that held data, resident
       brisk::HeapSlowLock lock(brisk::t_heap);
       brisk::medium_cache_flush(brisk::t_heap);
     }
