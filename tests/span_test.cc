@@ -124,6 +124,38 @@ TEST(Span, ANewSpanTakesTheResidentPagesOfAnEmptySpanKeptForAnotherClass) {
   }).join();
 }
 
+// A loop that takes a span and a few blocks more of a class and frees them all: the span that
+// empties while another is the class's current span stays as the class's spare, so the next
+// round does not create it again; brisk_thread_collect gives it back.
+TEST(Span, AnEmptiedSpanOfARetainedClassStaysAsItsSpareUntilCollect) {
+  std::thread([] {
+    constexpr std::size_t kSize = 48 * 1024;
+    const unsigned c = size_to_class(kSize);
+    const unsigned n = kClasses[c].capacity + 2;
+    std::vector<void*> blocks(n);
+    Span* other = nullptr;
+    for (int round = 0; round < 3; ++round) {
+      for (void*& p : blocks) p = brisk_malloc(kSize);
+      Span* first = span_of(blocks[0]);
+      ASSERT_NE(span_of(blocks[n - 1]), first) << "the round takes two spans";
+      if (round == 2) {
+        EXPECT_TRUE(first == other || span_of(blocks[n - 1]) == other) << "the spare was not reused";
+      }
+      for (void* p : blocks) brisk_free(p);
+      other = t_heap->installed[c] == first ? span_of(blocks[n - 1]) : first;
+      if (round >= 1) {
+        ASSERT_EQ(t_heap->spare[c], other) << "round " << round << ": the emptied span is not the spare";
+        EXPECT_EQ(other->kind, SpanKind::kSmall);
+        EXPECT_EQ(other->owner.load(), t_heap);
+        EXPECT_EQ(other->used, 0u);
+      }
+    }
+    brisk_thread_collect();
+    EXPECT_EQ(t_heap->spare[c], nullptr);
+    EXPECT_EQ(other->kind, SpanKind::kUnused) << "collect kept the spare";
+  }).join();
+}
+
 // Low-memory mode for a scope: the strategy in force before comes back after.
 class LowMemoryMode {
  public:

@@ -55,6 +55,7 @@ BRISK_NOINLINE void* alloc_refill(Heap* h, unsigned c, std::size_t size) {
     } else {
       // The current span is full: it stays owned and unlisted until a block comes back to it.
       s = h->available[c].pop();
+      if (s != nullptr && s == h->spare[c]) h->spare[c] = nullptr;
       if (s == nullptr) {
         s = central_take(c, h);
         if (s != nullptr) heap_link_span(h, s);
@@ -164,6 +165,7 @@ std::size_t heap_collect(Heap* h) {
       set_current(h, c, &g_empty_span);
       heap_release_span(h, s);
     }
+    if (h->spare[c] != nullptr) heap_release_span(h, h->spare[c]);
   }
   medium_cache_flush(h);
   return heap_purge(h, 0);

@@ -63,6 +63,10 @@ class alignas(BRISK_CACHELINE) Heap {
   // each class at most once (retained[c]).
   std::uint8_t retained_classes[kRetainedLargeSpans] = {};
   bool retained[kNumClasses] = {};
+  // For each retained class (above), at most one more emptied span of it, kept listed in
+  // available[c] instead of released (span_pages.cc's keep_spare); cleared when it is popped,
+  // released, or its class leaves the retained FIFO.
+  Span* spare[kNumClasses] = {};
   std::uint8_t retained_count = 0;
   std::uint8_t retained_next = 0;
   std::uint64_t aged_at_ms = 0;          // when the chunks' `aged` sets were taken

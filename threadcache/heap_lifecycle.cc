@@ -104,6 +104,7 @@ void heap_reset(Heap* h) {
   h->aged_at_ms = 0;
   h->lever_epoch = ~std::uint32_t{0};
   for (auto& r : h->retained) r = false;
+  for (auto& s : h->spare) s = nullptr;
   h->retained_count = 0;
   h->retained_next = 0;
   for (auto& s : h->medium_cache) s = nullptr;
