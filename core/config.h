@@ -28,7 +28,7 @@ inline constexpr std::size_t kOsPageSize = 4096;
 // run of pages of their own inside a chunk, which realloc can grow in place; above that from the
 // OS directly ("large"), page aligned, through a bounded cache.
 inline constexpr std::size_t kSmallMax = 64 * 1024;
-inline constexpr unsigned kMaxSmallSpanPages = 8;
+inline constexpr unsigned kMaxSmallSpanPages = 4;
 inline constexpr std::size_t kMediumMax = 2 * 1024 * 1024;
 
 // User-space addresses on x86-64 and AArch64 (4-level tables) fit in 47 bits. One byte per
@@ -70,8 +70,8 @@ inline constexpr bool kEncodeFreeLinks = true;
 
 static_assert(kRetainedLargeSpans > 0 && kRetainedLargeSpans < 256, "Heap keeps the count in a byte");
 static_assert(kPagesPerChunk == 64, "the chunk's free-page set is one 64-bit word");
-static_assert(kSmallMax <= kMaxSmallSpanPages * kPageSize / 8,
-              "a span of the largest small class must hold at least 8 blocks");
+static_assert(kSmallMax <= kMaxSmallSpanPages * kPageSize / 4,
+              "a span of the largest small class must hold at least 4 blocks (core/size_class.h)");
 static_assert(kMediumMax <= kChunkSize - kPageSize, "a medium block must fit in one chunk");
 static_assert(kSmallMax % kMinAlign == 0 && kPageSize % kOsPageSize == 0);
 static_assert((kMinAlign & (kMinAlign - 1)) == 0);

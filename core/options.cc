@@ -55,8 +55,9 @@ constexpr Option kTable[] = {
     {Id::kDebugAction, "BRISK_DEBUG_ACTION", {0, 0, 0}, 0, 1, kDebugActionNames},
     {Id::kDebugFillLimit, "BRISK_DEBUG_FILL_LIMIT", {4 * MiB, 4 * MiB, 4 * MiB}, 0, std::int64_t{1} << 44},
     // With BRISK_RETAINED_SPANS, bounds what an idle thread's kept spans hold resident (their
-    // carved blocks) rather than how many classes keep one: 16 x 256 KiB = 4m, so 8m never binds.
-    // Low-memory keeps 1m, what its former limit of 2 spans allowed at worst, but over as many
+    // carved blocks) rather than how many classes keep one: 8m binds only when the classes kept
+    // hold spares too (at most 16 x 2 x 256 KiB). Low-memory keeps 1m, what its former limit of
+    // 2 spans allowed at worst when the largest spans were 512 KiB, but over as many
     // classes as fit: MMtest medium cycles 6 such classes holding 1-2 carved blocks each, and
     // releasing 4 of them every round moved its spans over pages its medium blocks had touched
     // (peak RSS 34 MiB at 10 threads against balanced's 22).

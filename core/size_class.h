@@ -8,7 +8,7 @@
 //
 // Each class has a span of 1, 2 or 4 pages of 64 KiB: the fewest that hold at least 8 blocks,
 // or 4 for classes above 16 KiB. A thread keeps a span per class it uses, and a span of those
-// classes claims 128-512 KiB for as few as 1-2 live blocks: halving them (stress suite, 9 pairs)
+// classes claimed 256-512 KiB for as few as 1-2 live blocks: halving them (stress suite, 9 pairs)
 // lowered the peaks of realloc 0.88x, prodcons 0.93x, larson-classic 0.92x and mstress 0.89x,
 // at 0.89-0.95 of the time on realloc and prodcons and level elsewhere. Classes up to 16 KiB
 // keep 8: halving them too gained no more.
@@ -89,5 +89,11 @@ static_assert(size_to_class_compute(129) == 8 && class_size_of(8) == 144);
 static_assert(size_to_class_compute(256) == 15 && class_size_of(15) == 256);
 static_assert(size_to_class_compute(257) == 16 && class_size_of(16) == 288);
 static_assert(kNumClasses < 256, "span descriptors store the class in a byte");
+constexpr bool spans_hold_enough_blocks() {
+  for (const SizeClassInfo& info : kClasses)
+    if (info.capacity < (info.size > 16 * 1024 ? 4u : 8u)) return false;
+  return true;
+}
+static_assert(spans_hold_enough_blocks(), "kMaxSmallSpanPages is too small for kSmallMax");
 
 }  // namespace brisk

@@ -140,7 +140,7 @@ std::uint64_t purge_span_tail(Span* s, const SizeClassInfo& info, std::uint64_t 
   auto start = reinterpret_cast<std::uintptr_t>(s->start);
   std::uintptr_t from = (start + info.size + kOsPageSize - 1) & ~(kOsPageSize - 1);
   std::uintptr_t end = start + (std::size_t{info.span_pages} << kPageShift);
-  BRISK_ASSERT(from < end);  // a span holds at least 4 blocks of its class
+  BRISK_ASSERT(from < end);  // a span holds at least 4 blocks of its class (2 would do here)
   unsigned first_page = static_cast<unsigned>((from - start) >> kPageShift);  // 64 KiB page of `from`
   if ((dirty >> first_page) == 0) return dirty;  // the tail never held data: it is not resident
   platform::decommit(reinterpret_cast<void*>(from), end - from);
@@ -153,7 +153,7 @@ constexpr unsigned max_small_span_pages() {
   for (const SizeClassInfo& info : kClasses) most = info.span_pages > most ? info.span_pages : most;
   return most;
 }
-static_assert(max_small_span_pages() <= 8, "Span::resident_pages has 8 bits");
+static_assert(max_small_span_pages() <= 8 && kMaxSmallSpanPages <= 8, "Span::resident_pages has 8 bits");
 
 }  // namespace
 
