@@ -69,6 +69,16 @@ class alignas(BRISK_CACHELINE) Heap {
   Span* spare[kNumClasses] = {};
   std::uint8_t retained_count = 0;
   std::uint8_t retained_next = 0;
+  // The pages and class of the last kRecentReleases small spans this heap released
+  // (span_pages.cc): a new span of the same class on such pages keeps its tail resident even
+  // under BRISK_PURGE_SPAN_TAILS.
+  static constexpr unsigned kRecentReleases = 4;
+  struct RecentRelease {
+    const Chunk* chunk = nullptr;
+    std::uint64_t pages = 0;
+    unsigned size_class = 0;
+  } recent_releases[kRecentReleases];
+  std::uint8_t recent_next = 0;
   std::uint64_t aged_at_ms = 0;          // when the chunks' `aged` sets were taken
   // Spans of freed medium blocks kept for the next ones (threadcache/medium.cc), oldest first,
   // under slow_lock; the count is a relaxed atomic (store_shared) that the background thread

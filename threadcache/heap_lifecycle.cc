@@ -105,6 +105,8 @@ void heap_reset(Heap* h) {
   h->lever_epoch = ~std::uint32_t{0};
   for (auto& r : h->retained) r = false;
   for (auto& s : h->spare) s = nullptr;
+  for (auto& r : h->recent_releases) r = Heap::RecentRelease{};
+  h->recent_next = 0;
   h->retained_count = 0;
   h->retained_next = 0;
   for (auto& s : h->medium_cache) s = nullptr;

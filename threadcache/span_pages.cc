@@ -132,17 +132,34 @@ Span* span_create(Heap* h, unsigned pages, std::uint64_t* dirty, bool small) {
 
 namespace {
 
+// s's pages that h released in one of its last kRecentReleases releases of a span of s's class,
+// bit i for s's page i.
+std::uint64_t recently_released_pages(const Heap* h, const Span* s, unsigned c) {
+  const Chunk* ch = chunk_of(reinterpret_cast<std::uintptr_t>(s->start));
+  std::uint64_t pages = 0;
+  for (const Heap::RecentRelease& r : h->recent_releases)
+    if (r.chunk == ch && r.size_class == c) pages |= r.pages;
+  return (pages >> s->first_page) & ((std::uint64_t{1} << s->page_count) - 1);
+}
+
 // The pages of a new small span past what its first carve touches (the OS page of its first
-// block, or the block) go back to the OS if any of them held data (BRISK_PURGE_SPAN_TAILS). Sound
-// without a lock: nothing is carved there yet, and the span is not yet installed or published.
-// Returns the pages of dirty still resident (the one the first carve is in, and those before).
-std::uint64_t purge_span_tail(Span* s, const SizeClassInfo& info, std::uint64_t dirty) {
+// block, or the block) go back to the OS if any of them held data (BRISK_PURGE_SPAN_TAILS), but
+// not when every such page is one this heap released in its last few releases of a span of the
+// same class (of any class, realloc's low-memory peak rose 1.19x): a loop that
+// needs one span more of a class than it keeps releases and recreates that span every round,
+// and giving its tail back each time made every round fault it in again (48 KiB blocks, 11 a
+// round: 17 us a round against 0.26 in balanced mode). Sound without a lock: nothing is carved
+// there yet, and the span is not yet installed or published. Returns the pages of dirty still
+// resident (the one the first carve is in, and those before; all of them when kept).
+std::uint64_t purge_span_tail(Heap* h, Span* s, unsigned c, std::uint64_t dirty) {
+  const SizeClassInfo& info = kClasses[c];
   auto start = reinterpret_cast<std::uintptr_t>(s->start);
   std::uintptr_t from = (start + info.size + kOsPageSize - 1) & ~(kOsPageSize - 1);
   std::uintptr_t end = start + (std::size_t{info.span_pages} << kPageShift);
   BRISK_ASSERT(from < end);  // a span holds at least 4 blocks of its class (2 would do here)
   unsigned first_page = static_cast<unsigned>((from - start) >> kPageShift);  // 64 KiB page of `from`
   if ((dirty >> first_page) == 0) return dirty;  // the tail never held data: it is not resident
+  if (((dirty & ~recently_released_pages(h, s, c)) >> first_page) == 0) return dirty;  // hot: kept
   platform::decommit(reinterpret_cast<void*>(from), end - from);
   return dirty & ((std::uint64_t{2} << first_page) - 1);
 }
@@ -162,7 +179,7 @@ Span* span_new_small(Heap* h, unsigned c) {
   std::uint64_t dirty = 0;
   Span* s = span_create(h, info.span_pages, &dirty, true);
   if (s == nullptr) return nullptr;
-  if (dirty != 0 && options::get(options::Id::kPurgeSpanTails) != 0) dirty = purge_span_tail(s, info, dirty);
+  if (dirty != 0 && options::get(options::Id::kPurgeSpanTails) != 0) dirty = purge_span_tail(h, s, c, dirty);
   store_shared(s->resident_pages, static_cast<std::uint8_t>(dirty));
   store_shared(s->used, 0u);
   store_shared(s->carved_bytes, 0u);
@@ -197,6 +214,12 @@ void heap_release_span(Heap* h, Span* s) {
   if (s->listed) h->available[s->size_class].remove(s);
   heap_unlink_span(h, s);
   std::size_t bytes = std::size_t{s->page_count} << kPageShift;
+  if (s->kind == SpanKind::kSmall) {
+    h->recent_releases[h->recent_next] =
+        Heap::RecentRelease{chunk_of(reinterpret_cast<std::uintptr_t>(s->start)),
+                            ((std::uint64_t{1} << s->page_count) - 1) << s->first_page, s->size_class};
+    h->recent_next = static_cast<std::uint8_t>((h->recent_next + 1) % Heap::kRecentReleases);
+  }
   release_span_pages(s);
   h->released_since_purge += bytes;
   std::size_t keep = static_cast<std::size_t>(options::get(options::Id::kPurgeBytes));
