@@ -164,6 +164,7 @@ void park_debug_heap(Heap* h) {
       set_current(d, c, &g_empty_span);
       heap_release_span(d, s);
     }
+    if (d->spare[c] != nullptr) heap_release_span(d, d->spare[c]);
   }
 }
 
