@@ -14,7 +14,8 @@
 // installed, so neither of the owner's fast paths can touch it, and its owner's slow paths wait
 // on the lock. Blocks of spans that still hold a live block go back to the queue.
 //
-// An idle heap's medium cache (threadcache/medium.h) is given back too, under the same lock.
+// An idle heap's medium cache (threadcache/medium.h) and its classes' spares (span_pages.cc) are
+// given back too, under the same lock.
 //
 // When a pass finds nothing left to age, the thread backs off, doubling its sleep up to
 // BRISK_IDLE_MS, so an idle process wakes it a few times a second at most; while memory is
@@ -30,7 +31,6 @@
 #include "core/platform.h"
 #include "core/stats.h"
 #include "threadcache/heap.h"
-#include "threadcache/medium.h"
 #include "threadcache/orphans.h"
 #include "threadcache/remote_free.h"
 #include "threadcache/span_pages.h"
@@ -232,7 +232,7 @@ std::uint64_t background_pass(std::uint64_t now) {
       h->idle_active_ms = now;
     }
     h->idle = now - h->idle_active_ms >= idle;
-    if (h->idle) bytes += reclaim_locked(h) + medium_cache_flush_tried(h);
+    if (h->idle) bytes += reclaim_locked(h) + heap_give_back_kept_tried(h);
   }
   chunk_destroy_empty_abandoned();
   bool pending = true;

@@ -154,6 +154,16 @@ void heap_refresh_levers_slow(Heap* h) {
   h->batch_bytes = static_cast<std::size_t>(options::get_for(options::Id::kRemoteBatchBytes, options::strategy()));
 }
 
+std::size_t heap_give_back_kept_tried(Heap* h) {
+  if (!h->slow_lock.try_lock()) return 0;
+  std::size_t bytes = 0;
+  // A heap that stopped serving gave everything back when it detached; a debug heap never stops
+  // (debug_switch.h).
+  if (h->serving || h->is_debug) bytes = medium_cache_flush(h) + heap_release_spares(h);
+  h->slow_lock.unlock();
+  return bytes;
+}
+
 std::size_t heap_collect(Heap* h) {
   HeapSlowLock lock(h);
   heap_flush_outgoing(h);
@@ -165,8 +175,8 @@ std::size_t heap_collect(Heap* h) {
       set_current(h, c, &g_empty_span);
       heap_release_span(h, s);
     }
-    if (h->spare[c] != nullptr) heap_release_span(h, h->spare[c]);
   }
+  heap_release_spares(h);
   medium_cache_flush(h);
   return heap_purge(h, 0);
 }

@@ -271,6 +271,10 @@ void* alloc_with_borrowed_heap(Alloc alloc) {
   heap_give_back(h);
   return p;
 }
+// For another heap (brisk_trim, the background pass for an idle heap), if its slow lock is free:
+// gives back its medium cache and its classes' spares, which its owner touches only under that
+// lock (unlike its current spans, which its fast paths use without it). Returns the bytes.
+std::size_t heap_give_back_kept_tried(Heap* h);
 std::size_t heap_collect(Heap* h);     // brisk_thread_collect's part for one heap (the large cache is
                                        // flushed once by the caller); returns bytes given back to the OS
 LockCounts heap_pool_lock_counts();    // the pool of exited threads' heaps (brisk_get_lock_stats)

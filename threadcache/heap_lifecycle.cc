@@ -256,7 +256,7 @@ void atfork_child() {
     central_locks_reset_in_child();
     if (f.own != nullptr) f.own->slow_lock.unlock();
     // A pooled heap's slow lock is held only by a try_lock that reads `serving`
-    // (free_remote_medium, medium_cache_flush_tried), whose thread is gone.
+    // (free_remote_medium, heap_give_back_kept_tried), whose thread is gone.
     for (Heap* p = g_pool_head; p != nullptr; p = p->pool_next) p->slow_lock.reset_after_fork();
     background_locks_reset_in_child();
     g_pool_lock.reset_after_fork();

@@ -149,14 +149,6 @@ std::size_t medium_cache_flush(Heap* h) {
   return bytes;
 }
 
-std::size_t medium_cache_flush_tried(Heap* h) {
-  if (load_shared(h->medium_cache_count) == 0 || !h->slow_lock.try_lock()) return 0;
-  // A heap that stopped serving flushed its cache when it detached.
-  std::size_t bytes = h->serving ? medium_cache_flush(h) : 0;
-  h->slow_lock.unlock();
-  return bytes;
-}
-
 bool medium_resize_in_place(Span* s, std::size_t new_size) {
   BRISK_ASSERT(s->kind == SpanKind::kMedium && s->used == 1);
   unsigned pages = s->page_count;

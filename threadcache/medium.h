@@ -18,8 +18,5 @@ bool medium_resize_in_place(Span* s, std::size_t new_size);
 void medium_freed(Heap* h, Span* s);
 // With h's slow lock held: gives every cached span back to its chunk; returns their bytes.
 std::size_t medium_cache_flush(Heap* h);
-// For another heap (the background thread's idle heaps, brisk_trim): the same if h's slow lock
-// is free; returns the bytes given back.
-std::size_t medium_cache_flush_tried(Heap* h);
 
 }  // namespace brisk

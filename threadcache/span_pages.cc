@@ -148,8 +148,9 @@ std::uint64_t recently_released_pages(const Heap* h, const Span* s, unsigned c) 
 // same class (of any class, realloc's low-memory peak rose 1.19x): a loop that
 // needs one span more of a class than it keeps releases and recreates that span every round,
 // and giving its tail back each time made every round fault it in again (48 KiB blocks, 11 a
-// round: 17 us a round against 0.26 in balanced mode). Sound without a lock: nothing is carved
-// there yet, and the span is not yet installed or published. Returns the pages of dirty still
+// round: 17 us a round against 0.26 in balanced mode). Called under h's slow lock (alloc_refill),
+// which guards recent_releases; the span's pages need none: nothing is carved there yet, and the
+// span is not yet installed or published. Returns the pages of dirty still
 // resident (the one the first carve is in, and those before; all of them when kept).
 std::uint64_t purge_span_tail(Heap* h, Span* s, unsigned c, std::uint64_t dirty) {
   const SizeClassInfo& info = kClasses[c];
@@ -206,6 +207,16 @@ void release_span_pages(Span* s) {
   s->span_bytes = 0;
   s->owner.store(nullptr, std::memory_order_relaxed);
   chunk_release_span_pages(ch, first, count);
+}
+
+std::size_t heap_release_spares(Heap* h) {
+  std::size_t bytes = 0;
+  for (Span* s : h->spare) {
+    if (s == nullptr) continue;
+    bytes += std::size_t{s->page_count} << kPageShift;
+    heap_release_span(h, s);
+  }
+  return bytes;
 }
 
 void heap_release_span(Heap* h, Span* s) {

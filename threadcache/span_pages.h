@@ -24,8 +24,10 @@ void heap_unlink_span(Heap* h, Span* s);   // off that list
 void release_span_pages(Span* s);          // resets s and gives its pages back to the chunk
 // Unlinks s from h, releases it, purges when due. Called with h's slow lock held, by h's owner
 // (HeapSlowLock) or by another thread that took the lock itself (free_remote_medium, the
-// background reclaim, medium_cache_flush_tried): nothing it calls may take HeapSlowLock, whose
+// background reclaim, heap_give_back_kept_tried): nothing it calls may take HeapSlowLock, whose
 // nesting count is the owner's alone.
 void heap_release_span(Heap* h, Span* s);
+// With h's slow lock held: gives back every class's spare (span_pages.cc); returns their bytes.
+std::size_t heap_release_spares(Heap* h);
 
 }  // namespace brisk

@@ -46,9 +46,12 @@ std::size_t process_trim() {
   for (Heap* h = all_heaps(); h != nullptr; h = h->all_next) {
     if (h == t_heap) continue;
     reclaim_queued_frees(h);
-    medium_cache_flush_tried(h);
+    heap_give_back_kept_tried(h);
     Heap* d = std::atomic_ref<Heap*>(h->debug).load(std::memory_order_acquire);
-    if (d != nullptr) reclaim_queued_frees(d);
+    if (d != nullptr) {
+      reclaim_queued_frees(d);
+      heap_give_back_kept_tried(d);
+    }
   }
   bytes += chunk_purge_all();
   chunk_destroy_empty_abandoned();  // to the chunk cache, which goes next
