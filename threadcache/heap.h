@@ -81,8 +81,7 @@ class alignas(BRISK_CACHELINE) Heap {
   std::uint8_t recent_next = 0;
   std::uint64_t aged_at_ms = 0;          // when the chunks' `aged` sets were taken
   // Spans of freed medium blocks kept for the next ones (threadcache/medium.cc), oldest first,
-  // under slow_lock; the count is a relaxed atomic (store_shared) that the background thread
-  // and brisk_trim read before they try the lock.
+  // under slow_lock.
   Span* medium_cache[kMediumCacheSlots] = {};
   std::uint8_t medium_cache_count = 0;
   std::size_t medium_cache_bytes = 0;

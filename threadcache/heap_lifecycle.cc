@@ -110,7 +110,7 @@ void heap_reset(Heap* h) {
   h->retained_count = 0;
   h->retained_next = 0;
   for (auto& s : h->medium_cache) s = nullptr;
-  store_shared(h->medium_cache_count, std::uint8_t{0});
+  h->medium_cache_count = 0;
   h->medium_cache_bytes = 0;
   h->pool_next = nullptr;
   h->remote_frees_sent.store(0, std::memory_order_relaxed);
@@ -164,8 +164,8 @@ void park_debug_heap(Heap* h) {
       set_current(d, c, &g_empty_span);
       heap_release_span(d, s);
     }
-    if (d->spare[c] != nullptr) heap_release_span(d, d->spare[c]);
   }
+  heap_release_spares(d);
 }
 
 void on_thread_exit(void* value) {

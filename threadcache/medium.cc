@@ -44,7 +44,7 @@ Span* medium_cache_remove(Heap* h, unsigned i) {
   unsigned n = h->medium_cache_count;
   for (unsigned j = i + 1; j < n; ++j) h->medium_cache[j - 1] = h->medium_cache[j];
   h->medium_cache[n - 1] = nullptr;
-  store_shared(h->medium_cache_count, static_cast<std::uint8_t>(n - 1));
+  h->medium_cache_count = static_cast<std::uint8_t>(n - 1);
   h->medium_cache_bytes -= run_bytes(s);
   return s;
 }
@@ -139,7 +139,7 @@ void medium_freed(Heap* h, Span* s) {
   }
   medium_cache_shrink(h, budget - bytes, kMediumCacheSlots - 1);
   h->medium_cache[h->medium_cache_count] = s;
-  store_shared(h->medium_cache_count, static_cast<std::uint8_t>(h->medium_cache_count + 1));
+  ++h->medium_cache_count;
   h->medium_cache_bytes += bytes;
 }
 
