@@ -55,7 +55,7 @@ BRISK_NOINLINE void* alloc_refill(Heap* h, unsigned c, std::size_t size) {
     } else {
       // The current span is full: it stays owned and unlisted until a block comes back to it.
       s = h->available[c].pop();
-      if (s != nullptr && s == h->spare[c]) h->spare[c] = nullptr;
+      if (s == h->spare[c]) h->spare[c] = nullptr;
       if (s == nullptr) {
         s = central_take(c, h);
         if (s != nullptr) heap_link_span(h, s);
@@ -169,14 +169,7 @@ std::size_t heap_collect(Heap* h) {
   heap_flush_outgoing(h);
   heap_drain_incoming(h);
   drain_orphans();
-  for (unsigned c = 0; c < kNumClasses; ++c) {
-    Span* s = h->installed[c];
-    if (s != &g_empty_span && s->used == 0) {
-      set_current(h, c, &g_empty_span);
-      heap_release_span(h, s);
-    }
-  }
-  heap_release_spares(h);
+  heap_release_empty_spans(h);
   medium_cache_flush(h);
   return heap_purge(h, 0);
 }

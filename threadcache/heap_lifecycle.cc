@@ -158,14 +158,7 @@ void park_debug_heap(Heap* h) {
   if (d == nullptr) return;
   HeapSlowLock lock(d);  // brisk_trim may reclaim its queue meanwhile (reclaim_queued_frees)
   heap_drain_incoming(d);
-  for (unsigned c = 0; c < kNumClasses; ++c) {
-    Span* s = d->installed[c];
-    if (s != &g_empty_span && s->used == 0) {
-      set_current(d, c, &g_empty_span);
-      heap_release_span(d, s);
-    }
-  }
-  heap_release_spares(d);
+  heap_release_empty_spans(d);
 }
 
 void on_thread_exit(void* value) {

@@ -248,6 +248,15 @@ void release_if_empty(Heap* h, unsigned c) {
   }
 }
 
+}  // namespace
+
+void heap_release_empty_spans(Heap* h) {
+  for (unsigned c = 0; c < kNumClasses; ++c) release_if_empty(h, c);
+  heap_release_spares(h);
+}
+
+namespace {
+
 // Carved bytes of the kept classes' current spans and spares: what they hold resident at most
 // (lazy carving touches no page past the carved blocks; pages a span was given already resident
 // are not counted).
