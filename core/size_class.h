@@ -20,6 +20,7 @@
 
 #include "core/config.h"
 #include "core/hints.h"
+#include "core/span.h"
 
 namespace brisk {
 
@@ -44,10 +45,8 @@ struct SizeClassInfo {
   std::uint32_t size;
   std::uint32_t span_pages;
   std::uint32_t capacity;    // blocks per span
-  std::uint64_t reciprocal;  // ceil(2^40 / size): offset -> block index without a division
+  BlockDivisor divisor;      // the span's block-start test (Span::is_carved_block)
 };
-
-inline constexpr unsigned kReciprocalShift = 40;
 
 constexpr SizeClassInfo make_class_info(unsigned c) {
   std::size_t size = class_size_of(c);
@@ -55,8 +54,7 @@ constexpr SizeClassInfo make_class_info(unsigned c) {
   const std::size_t min_blocks = size > 16 * 1024 ? 4 : 8;
   while (pages < kMaxSmallSpanPages && pages * kPageSize / size < min_blocks) pages *= 2;
   return SizeClassInfo{static_cast<std::uint32_t>(size), pages,
-                       static_cast<std::uint32_t>(pages * kPageSize / size),
-                       ((std::uint64_t{1} << kReciprocalShift) + size - 1) / size};
+                       static_cast<std::uint32_t>(pages * kPageSize / size), block_divisor(size)};
 }
 
 constexpr std::array<SizeClassInfo, kNumClasses> make_class_table() {

@@ -6,9 +6,9 @@
 //     state, without atomics;
 //   - or the orphan owner (a span of an exited thread, or surplus), held in the central pool of
 //     its class; then only a holder of that class's central lock touches it.
-// Other threads read only the immutable geometry (start, block_size, span_bytes, reciprocal)
-// and the atomic owner, to route a free to the right owner; and the statistics reader
-// (threadcache/heap_stats.cc) reads kind, size_class, page_count, used and carved_bytes of any
+// Other threads read only the immutable geometry (start, block_size, span_bytes, inverse,
+// shift) and the atomic owner, to route a free to the right owner; and the statistics reader
+// (threadcache/heap_stats.cc) reads kind, size_class, page_count, used and carved_blocks of any
 // span, and block_size of a medium span (its usable size, which realloc changes in place).
 // Those are therefore written only as relaxed atomics (store_shared, and
 // span_used_increment / span_used_decrement on the fast paths) and read across threads only
@@ -16,6 +16,7 @@
 #pragma once
 
 #include <atomic>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 
@@ -40,12 +41,13 @@ struct Span {
   // Hot: read on every allocation and local free.
   Block* free = nullptr;                  // owner's free list
   std::uint32_t used = 0;           // blocks handed out and not yet returned to this span
-  std::uint32_t carved_bytes = 0;   // bytes from start already cut into blocks (lazy carving)
+  std::uint32_t carved_blocks = 0;  // blocks from start already cut (lazy carving); a medium span: 1
   char* start = nullptr;                  // first block
   std::atomic<Heap*> owner{nullptr};
-  std::uint64_t reciprocal = 0;     // ceil(2^40 / block_size)
+  std::uint64_t inverse = 0;        // block_size = odd * 2^shift: odd's inverse modulo 2^64
   std::uint32_t block_size = 0;
   std::uint32_t span_bytes = 0;     // usable bytes: capacity * block_size, or the medium block's size
+  std::uint8_t shift = 0;
   // Cold.
   std::uint8_t size_class = 0;
   SpanKind kind = SpanKind::kUnused;
@@ -60,14 +62,45 @@ struct Span {
   Span* all_prev = nullptr;               // the owning heap's list of every span it holds
   Span* all_next = nullptr;
 
-  bool fully_carved() const { return carved_bytes + block_size > span_bytes; }
+  std::uint32_t carved_bytes() const { return carved_blocks * block_size; }
+  bool fully_carved() const { return carved_bytes() + block_size > span_bytes; }
   bool has_room() const { return free != nullptr || !fully_carved(); }
-  // True if p is the start of a block of this span (p inside [start, start + span_bytes)).
+  // True if `offset` (an address minus start, wrapping below start) is the start of a carved
+  // block: a multiple m * block_size with m < carved_blocks. One multiply and a rotate, the
+  // divisibility test of Granlund and Montgomery ("Division by invariant integers using
+  // multiplication", 1994, section 9): with block_size = odd * 2^shift and inverse * odd = 1
+  // modulo 2^64, offset = m * block_size gives offset * inverse = m * 2^shift, which the rotate
+  // turns back into m; any other offset either has one of its low `shift` bits set, which the
+  // rotate moves to the top, or an odd part that odd does not divide, whose product with
+  // inverse is, multiplication by an odd number being a bijection, none of the products of the
+  // multiples: above 2^(64-shift) / odd, far above any block count. So "below the span", "past
+  // the carved blocks" and "not at a block boundary" are one unsigned comparison, and the
+  // dependent chain of a free is one multiply shorter than a reciprocal's index times size.
+  // A medium span (one block) has inverse 1, shift 0 and carved_blocks 1: only offset 0 passes.
+  bool is_carved_block(std::uintptr_t offset) const {
+    return std::rotr(offset * inverse, shift) < carved_blocks;
+  }
+  // The same test against every block the span has room for, carved or not (slow paths).
   bool is_block_start(std::uintptr_t offset) const {
-    std::uint64_t index = (offset * reciprocal) >> 40;
-    return index * block_size == offset;
+    return block_size != 0 && std::rotr(offset * inverse, shift) < span_bytes / block_size;
   }
 };
+
+// inverse and shift of Span for a block size (a multiple of 16 for a size class; a medium span
+// uses 1 and 0 whatever its size, see is_carved_block).
+struct BlockDivisor {
+  std::uint64_t inverse;
+  std::uint8_t shift;
+};
+constexpr BlockDivisor block_divisor(std::uint64_t size) {
+  std::uint8_t shift = 0;
+  while ((size & 1) == 0) { size >>= 1; ++shift; }
+  // Newton's iteration for the inverse modulo 2^64 of an odd number: x = size is right in its
+  // low 3 bits, and each step doubles the bits that are right (3, 6, 12, 24, 48, 96).
+  std::uint64_t x = size;
+  for (int i = 0; i < 5; ++i) x *= 2 - size * x;
+  return BlockDivisor{x, shift};
+}
 
 // A relaxed atomic store / load of a field that other threads read (see Ownership above).
 template <class T>

@@ -143,7 +143,7 @@ Header* header_of(const void* p, bool* in_debug_memory, DebugHeap** heap) {
     // one: it lies kHeaderBytes plus less than its alignment into the block it is carved from,
     // whose size is at least that plus the user size and the canary. So nothing before a block
     // start is read: those bytes are the block before it, another thread's to write.
-    if (offset < s->span_bytes && s->is_block_start(offset)) return nullptr;
+    if (s->is_block_start(offset)) return nullptr;
     *in_debug_memory = true;
     if (a % kMinAlign != 0 || offset < kHeaderBytes) return nullptr;
     // The header lies in the same span as p (both in the block it is carved from).

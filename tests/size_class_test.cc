@@ -34,7 +34,7 @@ TEST(SizeClass, WasteAbove128BytesIsAtMostOneEighth) {
     ASSERT_LT(kClasses[size_to_class(size)].size - size, 16u) << size;
 }
 
-TEST(SizeClass, SpansHoldAtLeastEightBlocksOrFourAbove16KiBAndTheReciprocalIsExact) {
+TEST(SizeClass, SpansHoldAtLeastEightBlocksOrFourAbove16KiB) {
   for (unsigned c = 0; c < kNumClasses; ++c) {
     const SizeClassInfo& info = kClasses[c];
     EXPECT_GE(info.capacity, info.size > 16 * 1024 ? 4u : 8u) << c;
@@ -42,12 +42,55 @@ TEST(SizeClass, SpansHoldAtLeastEightBlocksOrFourAbove16KiBAndTheReciprocalIsExa
     if (info.span_pages > 1) EXPECT_LT(info.span_pages / 2 * kPageSize / info.size, info.size > 16 * 1024 ? 4u : 8u) << c;
     EXPECT_LE(info.span_pages, kMaxSmallSpanPages);
     EXPECT_EQ(info.capacity, info.span_pages * kPageSize / info.size);
+  }
+}
+
+// The block-start tests of free's fast path and of the slow paths, against the plain
+// arithmetic: every offset from two spans below start (wrapping) to two blocks past the span's
+// end, for no, some and all blocks carved, and offsets spread over the whole 64-bit range.
+TEST(SizeClass, TheBlockStartTestIsExactForEveryClassAndOffset) {
+  std::uint64_t x = 0x9e3779b97f4a7c15u;
+  for (unsigned c = 0; c < kNumClasses; ++c) {
+    const SizeClassInfo& info = kClasses[c];
+    ASSERT_EQ(std::uint64_t{info.size >> info.divisor.shift} * info.divisor.inverse, 1u) << c;
+    ASSERT_EQ((info.size >> info.divisor.shift) % 2, 1u) << c;
     Span s;
     s.block_size = info.size;
-    s.reciprocal = info.reciprocal;
-    for (std::uintptr_t off = 0; off < std::uintptr_t{info.capacity} * info.size; off += (off % 977) + 1)
-      ASSERT_EQ(s.is_block_start(off), off % info.size == 0) << "class " << c << " offset " << off;
-    for (std::uint32_t i = 0; i < info.capacity; ++i) ASSERT_TRUE(s.is_block_start(std::uintptr_t{i} * info.size));
+    s.span_bytes = info.capacity * info.size;
+    s.inverse = info.divisor.inverse;
+    s.shift = info.divisor.shift;
+    const std::uint64_t span = s.span_bytes;
+    for (std::uint32_t carved : {0u, 1u, info.capacity / 2, info.capacity}) {
+      s.carved_blocks = carved;
+      auto expect = [&](std::uint64_t off) {
+        bool start = off % info.size == 0;
+        ASSERT_EQ(s.is_carved_block(off), start && off / info.size < carved) << "class " << c << " offset " << off;
+        ASSERT_EQ(s.is_block_start(off), start && off / info.size < info.capacity) << "class " << c << " offset " << off;
+      };
+      for (std::uint64_t off = -2 * span; off != span + 2 * info.size; ++off) expect(off);
+      for (int i = 0; i < 20000; ++i) {
+        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+        expect(x);
+        expect(x - x % info.size);  // a multiple, mostly far past the span
+      }
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+}
+
+// A medium span holds one block, at offset 0, whatever its size: inverse 1, shift 0.
+TEST(SizeClass, AMediumSpansOnlyBlockStartIsOffsetZero) {
+  Span s;
+  s.inverse = 1;
+  s.shift = 0;
+  s.carved_blocks = 1;
+  for (std::uint32_t size : {65552u, 100000u, 4u << 20}) {
+    s.block_size = s.span_bytes = size;
+    for (std::uint64_t off : {std::uint64_t{0}, std::uint64_t{16}, std::uint64_t{size}, std::uint64_t{size} * 2,
+                              ~std::uint64_t{0} - 15, std::uint64_t{1} << 63}) {
+      EXPECT_EQ(s.is_carved_block(off), off == 0) << size << " " << off;
+      EXPECT_EQ(s.is_block_start(off), off == 0) << size << " " << off;
+    }
   }
 }
 

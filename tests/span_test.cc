@@ -64,14 +64,14 @@ TEST(Span, CarvesOneOsPageAtATimeAndCountsUse) {
     ASSERT_EQ(s->kind, SpanKind::kSmall);
     EXPECT_EQ(s->block_size, 48u);
     EXPECT_EQ(s->owner.load(), t_heap);
-    auto carved_end = reinterpret_cast<std::uintptr_t>(s->start) + s->carved_bytes;
+    auto carved_end = reinterpret_cast<std::uintptr_t>(s->start) + s->carved_bytes();
     auto first_page_end = (reinterpret_cast<std::uintptr_t>(first) | (kOsPageSize - 1)) + 1;
     EXPECT_LE(carved_end, first_page_end + s->block_size) << "carving ran past the block's OS page";
     std::uint32_t used_before = s->used;
     std::vector<void*> more;
     for (int i = 0; i < 200; ++i) more.push_back(brisk_malloc(48));  // 9600 bytes: three pages
     EXPECT_EQ(s->used, used_before + 200u);
-    EXPECT_GE(s->carved_bytes, 200u * 48u);
+    EXPECT_GE(s->carved_bytes(), 200u * 48u);
     for (void* p : more) EXPECT_EQ(span_of(p), s) << "one span serves the class until it is full";
     for (void* p : more) brisk_free(p);
     EXPECT_EQ(s->used, used_before);
@@ -257,8 +257,8 @@ TEST(Span, LowMemoryReleasesTheSpanKeptLongestWhenTheKeptCarvedBytesPassTheBudge
       for (unsigned k = 0; k < kClasses[c].capacity; ++k) blocks[i].push_back(brisk_malloc(kClasses[c].size));
       spans[i] = span_of(blocks[i][0]);
       for (void* b : blocks[i]) ASSERT_EQ(span_of(b), spans[i]) << "one span holds the class's blocks";
-      ASSERT_EQ(spans[i]->carved_bytes, kClasses[c].capacity * kClasses[c].size);
-      carved += spans[i]->carved_bytes;
+      ASSERT_EQ(spans[i]->carved_bytes(), kClasses[c].capacity * kClasses[c].size);
+      carved += spans[i]->carved_bytes();
     }
     const auto budget = static_cast<std::size_t>(brisk::options::get(brisk::options::Id::kRetainedBytes));
     ASSERT_GT(carved, budget) << "the spans must pass the budget together";
@@ -268,7 +268,7 @@ TEST(Span, LowMemoryReleasesTheSpanKeptLongestWhenTheKeptCarvedBytesPassTheBudge
     EXPECT_EQ(t_heap->installed[first + n - 1], spans[n - 1]) << "the span emptied last was not kept";
     std::size_t kept = 0;
     for (unsigned i = 0; i < n; ++i)
-      if (t_heap->installed[first + i] == spans[i]) kept += spans[i]->carved_bytes;
+      if (t_heap->installed[first + i] == spans[i]) kept += spans[i]->carved_bytes();
     EXPECT_LE(kept, budget);
   }).join();
 }

@@ -88,7 +88,7 @@ BlockRef checked_block(const void* p, const char* what) {
     Span* s = chunk_of(a)->span_of(a);
     if (s->kind == SpanKind::kUnused) fatal_pointer_error(what, p, "not a block brisk handed out");
     std::uintptr_t offset = a - reinterpret_cast<std::uintptr_t>(s->start);
-    if (offset >= s->span_bytes || !s->is_block_start(offset))
+    if (!s->is_block_start(offset))
       fatal_pointer_error(what, p, "points inside a block, not at its start");
     return BlockRef{s, nullptr};
   }
@@ -137,7 +137,7 @@ BRISK_NOINLINE void free_slow(void* p) {
     // The span is ours now: this free, and the next ones into it, are local. Its carve state is
     // ours to read only now, so the never-handed-out test that every other path makes first
     // comes here after the adoption.
-    if (a - reinterpret_cast<std::uintptr_t>(s->start) >= s->carved_bytes)
+    if (a - reinterpret_cast<std::uintptr_t>(s->start) >= s->carved_bytes())
       fatal_pointer_error("invalid free of", p, "never handed out");
     free_to_own_span(h, s, b, code);
     return;

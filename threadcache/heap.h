@@ -229,8 +229,7 @@ BRISK_ALWAYS_INLINE Span* own_carved_span(const Heap* h, std::uintptr_t a) {
   if (BRISK_UNLIKELY(region_kind(a) != kRegionChunk)) return nullptr;
   Span* s = chunk_of(a)->span_of(a);
   std::uintptr_t offset = a - reinterpret_cast<std::uintptr_t>(s->start);
-  if (BRISK_UNLIKELY(s->owner.load(std::memory_order_relaxed) != h || offset >= s->carved_bytes ||
-                     !s->is_block_start(offset)))
+  if (BRISK_UNLIKELY(s->owner.load(std::memory_order_relaxed) != h || !s->is_carved_block(offset)))
     return nullptr;
   return s;
 }

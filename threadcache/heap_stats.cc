@@ -85,7 +85,7 @@ void visit_chunk(Chunk* c, void* context) {
     }
     // Carved pages, and the resident ones past them: pages the span claimed after they held
     // data (span_new_small), which stay resident until carving reaches them.
-    const std::uint64_t carved_end = round_to_os_page(load_shared(s.carved_bytes));
+    const std::uint64_t carved_end = round_to_os_page(std::uint64_t{load_shared(s.carved_blocks)} * load_shared(s.block_size));
     t.resident_estimate += carved_end;
     for (std::uint64_t m = load_shared(s.resident_pages); m != 0; m &= m - 1) {
       const std::uint64_t page = static_cast<std::uint64_t>(__builtin_ctzll(m)) << kPageShift;

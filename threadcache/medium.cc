@@ -25,8 +25,11 @@ void set_medium_geometry(Span* s, unsigned pages, std::size_t size) {
   store_shared(s->page_count, static_cast<std::uint8_t>(pages));
   store_shared(s->block_size, bytes);
   s->span_bytes = bytes;
-  store_shared(s->carved_bytes, bytes);
-  s->reciprocal = ((std::uint64_t{1} << kReciprocalShift) + bytes - 1) / bytes;
+  // One block at offset 0 whatever its size, which realloc changes in place: see
+  // Span::is_carved_block.
+  store_shared(s->carved_blocks, 1u);
+  s->inverse = 1;
+  s->shift = 0;
 }
 
 // The medium cache: a freed medium block's span stays with its heap, still owned, linked and of

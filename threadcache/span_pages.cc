@@ -18,8 +18,8 @@ namespace brisk {
 void carve(Span* s) {
   BRISK_ASSERT(s->kind == SpanKind::kSmall && !s->fully_carved());
   std::uint32_t bs = s->block_size;
-  std::uint32_t remaining = (s->span_bytes - s->carved_bytes) / bs;
-  char* first = s->start + s->carved_bytes;
+  std::uint32_t remaining = (s->span_bytes - s->carved_bytes()) / bs;
+  char* first = s->start + s->carved_bytes();
   auto page_end = (reinterpret_cast<std::uintptr_t>(first) | (kOsPageSize - 1)) + 1;
   std::uint32_t n = static_cast<std::uint32_t>((page_end - reinterpret_cast<std::uintptr_t>(first)) / bs);
   if (n == 0) n = 1;
@@ -33,7 +33,7 @@ void carve(Span* s) {
     b->key = code.key;
   }
   s->free = reinterpret_cast<Block*>(first);
-  store_shared(s->carved_bytes, s->carved_bytes + n * bs);
+  store_shared(s->carved_blocks, s->carved_blocks + n);
 }
 
 void heap_link_span(Heap* h, Span* s) {
@@ -183,10 +183,11 @@ Span* span_new_small(Heap* h, unsigned c) {
   if (dirty != 0 && options::get(options::Id::kPurgeSpanTails) != 0) dirty = purge_span_tail(h, s, c, dirty);
   store_shared(s->resident_pages, static_cast<std::uint8_t>(dirty));
   store_shared(s->used, 0u);
-  store_shared(s->carved_bytes, 0u);
+  store_shared(s->carved_blocks, 0u);
   store_shared(s->block_size, info.size);  // read by the statistics while medium (span.h)
   s->span_bytes = info.capacity * info.size;
-  s->reciprocal = info.reciprocal;
+  s->inverse = info.divisor.inverse;
+  s->shift = info.divisor.shift;
   store_shared(s->size_class, static_cast<std::uint8_t>(c));
   store_shared(s->kind, SpanKind::kSmall);
   s->owner.store(h, std::memory_order_release);
@@ -202,7 +203,7 @@ void release_span_pages(Span* s) {
   store_shared(s->kind, SpanKind::kUnused);
   s->free = nullptr;
   store_shared(s->used, 0u);
-  store_shared(s->carved_bytes, 0u);
+  store_shared(s->carved_blocks, 0u);
   store_shared(s->resident_pages, std::uint8_t{0});
   s->span_bytes = 0;
   s->owner.store(nullptr, std::memory_order_relaxed);
@@ -265,8 +266,8 @@ std::size_t retained_carved_bytes(const Heap* h) {
   for (unsigned k = 1; k <= h->retained_count; ++k) {
     unsigned c = h->retained_classes[(h->retained_next + kRetainedLargeSpans - k) % kRetainedLargeSpans];
     const Span* s = h->installed[c];
-    if (s != &g_empty_span) bytes += s->carved_bytes;
-    if (h->spare[c] != nullptr) bytes += h->spare[c]->carved_bytes;
+    if (s != &g_empty_span) bytes += s->carved_bytes();
+    if (h->spare[c] != nullptr) bytes += h->spare[c]->carved_bytes();
   }
   return bytes;
 }
@@ -280,7 +281,7 @@ void retain_empty_span(Heap* h, unsigned c) {
   if (h->retained[c]) return;
   auto limit = static_cast<unsigned>(options::get(options::Id::kRetainedSpans));
   auto budget = static_cast<std::size_t>(options::get(options::Id::kRetainedBytes));
-  std::size_t bytes = h->installed[c]->carved_bytes;
+  std::size_t bytes = h->installed[c]->carved_bytes();
   if (limit == 0 || bytes > budget) {
     release_if_empty(h, c);
     return;
@@ -342,7 +343,7 @@ bool keep_spare(Heap* h, Span* s) {
   unsigned c = s->size_class;
   if (!h->retained[c] || h->spare[c] != nullptr || !s->listed) return false;
   auto budget = static_cast<std::size_t>(options::get(options::Id::kRetainedBytes));
-  if (retained_carved_bytes(h) + s->carved_bytes > budget) return false;
+  if (retained_carved_bytes(h) + s->carved_bytes() > budget) return false;
   h->spare[c] = s;
   return true;
 }
