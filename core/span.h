@@ -10,6 +10,8 @@
 // shift) and the atomic owner, to route a free to the right owner; and the statistics reader
 // (threadcache/heap_stats.cc) reads kind, size_class, page_count, used and carved_blocks of any
 // span, and block_size of a medium span (its usable size, which realloc changes in place).
+// inverse and shift of a medium span are 1 and 0 whatever its size, written when it becomes
+// medium, so realloc's in-place size changes leave them alone.
 // Those are therefore written only as relaxed atomics (store_shared, and
 // span_used_increment / span_used_decrement on the fast paths) and read across threads only
 // with load_shared; their owner may read them plainly.

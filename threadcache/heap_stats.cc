@@ -85,7 +85,11 @@ void visit_chunk(Chunk* c, void* context) {
     }
     // Carved pages, and the resident ones past them: pages the span claimed after they held
     // data (span_new_small), which stay resident until carving reaches them.
-    const std::uint64_t carved_end = round_to_os_page(std::uint64_t{load_shared(s.carved_blocks)} * load_shared(s.block_size));
+    // The class's size, not the span's block_size: a descriptor released and reused between two
+    // loads could pair a small span's count with a medium block's size.
+    std::uint64_t carved = load_shared(s.carved_blocks);
+    if (carved > info.capacity) carved = info.capacity;  // read while it changed
+    const std::uint64_t carved_end = round_to_os_page(carved * info.size);
     t.resident_estimate += carved_end;
     for (std::uint64_t m = load_shared(s.resident_pages); m != 0; m &= m - 1) {
       const std::uint64_t page = static_cast<std::uint64_t>(__builtin_ctzll(m)) << kPageShift;

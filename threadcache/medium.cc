@@ -25,11 +25,6 @@ void set_medium_geometry(Span* s, unsigned pages, std::size_t size) {
   store_shared(s->page_count, static_cast<std::uint8_t>(pages));
   store_shared(s->block_size, bytes);
   s->span_bytes = bytes;
-  // One block at offset 0 whatever its size, which realloc changes in place: see
-  // Span::is_carved_block.
-  store_shared(s->carved_blocks, 1u);
-  s->inverse = 1;
-  s->shift = 0;
 }
 
 // The medium cache: a freed medium block's span stays with its heap, still owned, linked and of
@@ -114,6 +109,12 @@ void* alloc_medium(Heap* h, std::size_t size, bool zero) {
       s = span_create(h, pages, &dirty);
       if (s == nullptr) return nullptr;
       set_medium_geometry(s, pages, size);
+      // One block at offset 0 whatever its size, which realloc changes in place (written here
+      // only, not by set_medium_geometry, which realloc calls without a lock): see
+      // Span::is_carved_block.
+      store_shared(s->carved_blocks, 1u);
+      s->inverse = 1;
+      s->shift = 0;
       store_shared(s->used, 1u);
       store_shared(s->size_class, std::uint8_t{0});
       store_shared(s->kind, SpanKind::kMedium);
