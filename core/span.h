@@ -39,7 +39,13 @@ struct Block {
 
 enum class SpanKind : std::uint8_t { kUnused = 0, kSmall = 1, kMedium = 2 };
 
-struct Span {
+// A line of its own: the descriptors of a chunk's spans lie side by side in its header
+// (core/chunk.h), and a chunk's pages are claimed by several heaps (chunk_claim_shared: a new
+// thread's first spans go into other heaps' chunks). At 88 bytes apart, one heap's free and used
+// shared a line with the neighbouring span's hot fields, which another thread writes on each of
+// its mallocs and frees: false sharing on both fast paths. Aligned, the hot fields (the first 49
+// bytes) share no line with another descriptor; the cold list links fill the second line.
+struct alignas(BRISK_CACHELINE) Span {
   // Hot: read on every allocation and local free.
   Block* free = nullptr;                  // owner's free list
   std::uint32_t used = 0;           // blocks handed out and not yet returned to this span
@@ -87,6 +93,9 @@ struct Span {
     return block_size != 0 && std::rotr(offset * inverse, shift) < span_bytes / block_size;
   }
 };
+
+static_assert(sizeof(Span) == 2 * BRISK_CACHELINE && offsetof(Span, shift) < BRISK_CACHELINE,
+              "a span's hot fields fill one cache line of their own (see Span)");
 
 // inverse and shift of Span for a block size (a multiple of 16 for a size class; a medium span
 // uses 1 and 0 whatever its size, see is_carved_block).
