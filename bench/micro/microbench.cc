@@ -131,6 +131,9 @@ void register_cases(const std::vector<AllocApi>& apis) {
     const AllocApi* a = &api;
     const std::string n = "/" + api.name;
     benchmark::RegisterBenchmark(("malloc_free" + n).c_str(), malloc_free, a)->RangeMultiplier(4)->Range(16, 64 << 10);
+    // The same pair loop on 4 threads at once, each with its own blocks: nothing is shared but
+    // what the allocator shares (brisk: the header of a chunk whose pages the threads' spans take).
+    benchmark::RegisterBenchmark(("malloc_free_parallel" + n).c_str(), malloc_free, a)->Arg(64)->Threads(4)->UseRealTime();
     benchmark::RegisterBenchmark(("batch_fifo" + n).c_str(), batch, a, false)->Arg(64)->Arg(4096);
     benchmark::RegisterBenchmark(("batch_lifo" + n).c_str(), batch, a, true)->Arg(64)->Arg(4096);
     benchmark::RegisterBenchmark(("realloc_growth" + n).c_str(), realloc_growth, a)->Arg(4096)->Arg(1 << 20);
