@@ -39,32 +39,35 @@ struct Block {
 
 enum class SpanKind : std::uint8_t { kUnused = 0, kSmall = 1, kMedium = 2 };
 
-// A line of its own: the descriptors of a chunk's spans lie side by side in its header
+// Two lines of its own: the descriptors of a chunk's spans lie side by side in its header
 // (core/chunk.h), and a chunk's pages are claimed by several heaps (chunk_claim_shared: a new
 // thread's first spans go into other heaps' chunks). At 88 bytes apart, one heap's free and used
 // shared a line with the neighbouring span's hot fields, which another thread writes on each of
-// its mallocs and frees: false sharing on both fast paths. Aligned, the hot fields (the first 49
-// bytes) share no line with another descriptor; the cold list links fill the second line.
+// its mallocs and frees: false sharing on both fast paths.
 struct alignas(BRISK_CACHELINE) Span {
-  // Hot: read on every allocation and local free.
-  Block* free = nullptr;                  // owner's free list
-  std::uint32_t used = 0;           // blocks handed out and not yet returned to this span
-  std::uint32_t carved_blocks = 0;  // blocks from start already cut (lazy carving); a medium span: 1
+  // Line 0, read-mostly: what free_fast reads besides free and used, and all a remote free reads
+  // (owner, geometry, kind). Written when the span is set up, by carving (once per OS page of
+  // blocks) and by an in-place realloc of its medium block.
   char* start = nullptr;                  // first block
   std::atomic<Heap*> owner{nullptr};
   std::uint64_t inverse = 0;        // block_size = odd * 2^shift: odd's inverse modulo 2^64
   std::uint32_t block_size = 0;
   std::uint32_t span_bytes = 0;     // usable bytes: capacity * block_size, or the medium block's size
+  std::uint32_t carved_blocks = 0;  // blocks from start already cut (lazy carving); a medium span: 1
   std::uint8_t shift = 0;
-  // Cold.
   std::uint8_t size_class = 0;
   SpanKind kind = SpanKind::kUnused;
   std::uint8_t first_page = 0;
   std::uint8_t page_count = 0;
-  bool listed = false;                  // on an owner's (or central) available list
   // A small span's 64 KiB pages (bit i: page i) that held data when it claimed them and were not
   // given back then: resident past its carved part, until carving reaches them (statistics).
   std::uint8_t resident_pages = 0;
+  // Line 1, the owner's: written by its every malloc and free into the span (free, used) and by
+  // its list operations. Apart from line 0, so that a thread freeing a block of the span remotely
+  // reads a line the owner's fast paths do not keep taking back.
+  alignas(BRISK_CACHELINE) Block* free = nullptr;  // owner's free list
+  std::uint32_t used = 0;           // blocks handed out and not yet returned to this span
+  bool listed = false;                  // on an owner's (or central) available list
   Span* prev = nullptr;                   // available list links
   Span* next = nullptr;
   Span* all_prev = nullptr;               // the owning heap's list of every span it holds
@@ -94,8 +97,9 @@ struct alignas(BRISK_CACHELINE) Span {
   }
 };
 
-static_assert(sizeof(Span) == 2 * BRISK_CACHELINE && offsetof(Span, shift) < BRISK_CACHELINE,
-              "a span's hot fields fill one cache line of their own (see Span)");
+static_assert(sizeof(Span) == 2 * BRISK_CACHELINE && offsetof(Span, resident_pages) < BRISK_CACHELINE &&
+                  offsetof(Span, free) == BRISK_CACHELINE,
+              "a span's read-mostly fields and its owner's fill a cache line each (see Span)");
 
 // inverse and shift of Span for a block size (a multiple of 16 for a size class; a medium span
 // uses 1 and 0 whatever its size, see is_carved_block).
