@@ -29,8 +29,9 @@ void release_span_pages(Span* s);          // resets s and gives its pages back 
 void heap_release_span(Heap* h, Span* s);
 // With h's slow lock held: gives back every class's spare (span_pages.cc); returns their bytes.
 std::size_t heap_release_spares(Heap* h);
-// With h's slow lock held, by its owner (the others' fast paths do not read h's current spans):
-// gives back every class's current span that is empty, and every spare.
+// With h's slow lock held, by the thread whose fast paths use h's current spans (they do so
+// without the lock, so no other thread may release them): gives back every class's current
+// span that is empty, and every spare.
 void heap_release_empty_spans(Heap* h);
 
 }  // namespace brisk
