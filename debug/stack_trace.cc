@@ -133,12 +133,25 @@ __attribute__((no_sanitize("address"))) std::uintptr_t load_word(std::uintptr_t 
   return *reinterpret_cast<const std::uintptr_t*>(address);
 }
 
+// The stack words a walk reads go through a Reader: word(address) for return addresses and
+// DRAP slots, saved_rbp(address) for a caller's RBP, and use_rbp() where a frame-pointer frame
+// uses the RBP the walk carries (the one it started with, or the last saved_rbp). A saved RBP
+// that the walk loads and replaces before any frame uses it changes nothing the walk does: in
+// code built without frame pointers RBP is an ordinary register (a loop counter, a pointer),
+// and a replay that compared it would miss on every call.
+struct PlainReader {
+  std::uintptr_t word(std::uintptr_t address) { return load_word(address); }
+  std::uintptr_t saved_rbp(std::uintptr_t address) { return load_word(address); }
+  void use_rbp() {}
+};
+
 // A DRAP frame's CFA, loaded from its slot, lies above its RBP, within the realignment, and
 // the prologue copied the return address at CFA - 8 to RBP + 8 (GCC's DRAP prologue pushes
 // it there so that the frame also looks like a frame-pointer frame): a word that passes is that
 // frame's CFA, not a stale slot.
-bool drap_cfa_fits(std::uintptr_t cfa, std::uintptr_t rbp) {
-  return cfa >= rbp + 16 && cfa - rbp <= kDeltaMask * 8 && cfa % 8 == 0 && load_word(cfa - 8) == load_word(rbp + 8);
+template <class Reader>
+bool drap_cfa_fits(std::uintptr_t cfa, std::uintptr_t rbp, Reader& read) {
+  return cfa >= rbp + 16 && cfa - rbp <= kDeltaMask * 8 && cfa % 8 == 0 && read.word(cfa - 8) == read.word(rbp + 8);
 }
 
 // Walks the stack above a frame whose CFA is cfa and whose caller's RBP is rbp with the cache
@@ -146,11 +159,11 @@ bool drap_cfa_fits(std::uintptr_t cfa, std::uintptr_t rbp) {
 // pointer leads nowhere sensible (the caller unwinds instead). lookup(pc, last) gives each
 // return address's cache entry, in order, and is called for the last one too (last: its entry
 // is not needed).
-template <class Lookup>
+template <class Lookup, class Reader>
 BRISK_ALWAYS_INLINE int walk(std::uintptr_t cfa, std::uintptr_t rbp, std::uintptr_t* frames, int max_depth, int skip,
-                             Lookup&& lookup) {
+                             Lookup&& lookup, Reader& read) {
   std::uintptr_t sp = cfa;
-  std::uintptr_t pc = load_word(cfa - 8);
+  std::uintptr_t pc = read.word(cfa - 8);
   int depth = 0;
   for (;;) {
     if (pc == 0) return depth;
@@ -161,6 +174,7 @@ BRISK_ALWAYS_INLINE int walk(std::uintptr_t cfa, std::uintptr_t rbp, std::uintpt
     if (info & kTerminal) return depth;
     if (info == 0 || (info & kUncached)) return -1;
     if (info & kFramePointer) {
+      read.use_rbp();
       // The frame's own RBP, which the walk carried up: it must lie in this frame.
       if (rbp < sp || rbp - sp > kDeltaMask * 8 || rbp % 8 != 0) return -1;
       const std::uint64_t drap_slot = info & kDeltaMask;
@@ -168,16 +182,16 @@ BRISK_ALWAYS_INLINE int walk(std::uintptr_t cfa, std::uintptr_t rbp, std::uintpt
         cfa = rbp + 16;
       } else {
         if (rbp - sp < 8 * drap_slot) return -1;
-        cfa = load_word(rbp - 8 * drap_slot);
-        if (!drap_cfa_fits(cfa, rbp)) return -1;
+        cfa = read.word(rbp - 8 * drap_slot);
+        if (!drap_cfa_fits(cfa, rbp, read)) return -1;
       }
-      rbp = load_word(rbp);
+      rbp = read.saved_rbp(rbp);
     } else {
       cfa = sp + (info & kDeltaMask) * 8;
       const std::uint64_t save_slot = (info >> kSlotShift) & kMaxSaveSlot;
-      if (save_slot != 0) rbp = load_word(cfa - 8 * save_slot);
+      if (save_slot != 0) rbp = read.saved_rbp(cfa - 8 * save_slot);
     }
-    pc = load_word(cfa - 8);
+    pc = read.word(cfa - 8);
     sp = cfa;
   }
 }
@@ -187,37 +201,108 @@ BRISK_ALWAYS_INLINE int walk(std::uintptr_t cfa, std::uintptr_t rbp, std::uintpt
 // tells whether this walk read exactly the memo's return addresses (a walk is a function of the
 // return addresses it reads, their entries and the stack words it loads, so its frames are
 // then the memo's last frames). The memo's entries are the cache's as of its epoch.
+//
+// Replay first: the memo also keeps every word the last walk loaded and where. A walk is a
+// function of its start (CFA, and RBP when a frame-pointer frame uses it before a saved RBP is
+// loaded), the cache entries of the return addresses it reads (unchanged while the epoch is),
+// its depth and skip, and the words it loads, each address following from those before it. So
+// when the start, the epoch and the arguments are the memo's and each recorded address still
+// holds the recorded word, this walk would load the same words and find the same frames: a
+// few loads and compares instead of a cache entry per frame (callgrind, a debug malloc/free
+// pair with 8 frames: about 140 instructions a capture instead of 280). The addresses lie in the stack of the thread that made
+// the recording, from the start CFA up; a memo may pass to another thread with its heap, so
+// the recording names its thread and no other thread replays it.
 int walk_cached(std::uintptr_t cfa, std::uintptr_t rbp, std::uintptr_t* frames, int max_depth, int skip,
                 WalkMemo* memo, bool* same) {
   if (memo == nullptr) {
-    return walk(cfa, rbp, frames, max_depth, skip, [](std::uintptr_t pc, bool last) { return last ? 0 : cache_find(pc); });
+    PlainReader read;
+    return walk(cfa, rbp, frames, max_depth, skip, [](std::uintptr_t pc, bool last) { return last ? 0 : cache_find(pc); },
+                read);
   }
   const std::uint64_t epoch = g_cache_epoch.load(std::memory_order_acquire);
+  const auto thread = reinterpret_cast<std::uintptr_t>(&t_cached_captures);
+  if (memo->replay_cfa == cfa && memo->epoch == epoch && memo->replay_thread == thread &&
+      memo->max_depth == max_depth && memo->skip == skip && (!memo->replay_uses_rbp || memo->replay_rbp == rbp)) {
+    const int loads = memo->loads;
+    int i = 0;
+    while (i < loads && load_word(memo->load_at[i]) == memo->loaded[i]) ++i;
+    if (i == loads) {
+      // Locals: a store to frames may alias the memo, and would reload each bound.
+      const int depth = memo->depth;
+      const std::uintptr_t* from = memo->pc + skip;
+      for (int k = 0; k < depth; ++k) frames[k] = from[k];
+      *same = true;
+      return depth;
+    }
+  }
   const int recorded = memo->epoch == epoch ? memo->levels : 0;  // older entries may lack a flag
   bool matched = recorded > 0 && memo->max_depth == max_depth && memo->skip == skip;
   memo->epoch = epoch;
   memo->max_depth = max_depth;
   memo->skip = skip;
+  memo->replay_cfa = 0;
+  // Records the words the walk reads, a saved RBP only once a frame uses it.
+  struct Recorder {
+    WalkMemo* memo;
+    int loads = 0;
+    bool uses_start_rbp = false;
+    bool rbp_saved = false;  // the walk's RBP is a saved one (else the one it started with)
+    std::uintptr_t rbp_at = 0, rbp_word = 0;
+    void add(std::uintptr_t address, std::uintptr_t word) {
+      if (loads < WalkMemo::kLoads) {
+        memo->load_at[loads] = address;
+        memo->loaded[loads] = word;
+      }
+      ++loads;
+    }
+    std::uintptr_t word(std::uintptr_t address) {
+      const std::uintptr_t w = load_word(address);
+      add(address, w);
+      return w;
+    }
+    std::uintptr_t saved_rbp(std::uintptr_t address) {
+      rbp_saved = true;
+      rbp_at = address;
+      rbp_word = load_word(address);
+      return rbp_word;
+    }
+    void use_rbp() {
+      if (!rbp_saved) uses_start_rbp = true;
+      else if (rbp_at != 0) add(rbp_at, rbp_word);
+      rbp_at = 0;  // recorded once
+    }
+  } record{memo};
   int level = 0;
-  const int depth = walk(cfa, rbp, frames, max_depth, skip, [&](std::uintptr_t pc, bool last) -> std::uint64_t {
-    const int at = level++;
-    if (at >= WalkMemo::kLevels) {
-      matched = false;
-      return last ? 0 : cache_find(pc);
-    }
-    if (at < recorded && memo->pc[at] == pc) {
-      if (last) return 0;
-      if (memo->info[at] != 0) return memo->info[at];
-    } else {
-      matched = false;
-      memo->pc[at] = pc;
-      memo->info[at] = 0;
-      if (last) return 0;
-    }
-    return memo->info[at] = cache_find(pc);
-  });
+  const int depth = walk(
+      cfa, rbp, frames, max_depth, skip,
+      [&](std::uintptr_t pc, bool last) -> std::uint64_t {
+        const int at = level++;
+        if (at >= WalkMemo::kLevels) {
+          matched = false;
+          return last ? 0 : cache_find(pc);
+        }
+        if (at < recorded && memo->pc[at] == pc) {
+          if (last) return 0;
+          if (memo->info[at] != 0) return memo->info[at];
+        } else {
+          matched = false;
+          memo->pc[at] = pc;
+          memo->info[at] = 0;
+          if (last) return 0;
+        }
+        return memo->info[at] = cache_find(pc);
+      },
+      record);
   *same = depth >= 0 && matched && level == recorded;
   memo->levels = depth >= 0 && level <= WalkMemo::kLevels ? level : 0;
+  if (memo->levels != 0 && record.loads <= WalkMemo::kLoads) {
+    memo->loads = record.loads;
+    memo->depth = depth;
+    memo->replay_rbp = rbp;
+    memo->replay_uses_rbp = record.uses_start_rbp;
+    memo->replay_thread = thread;
+    memo->replay_cfa = cfa;
+  }
   return depth;
 }
 
@@ -284,7 +369,8 @@ bool rule_holds(std::uint64_t info, std::uintptr_t sp, std::uintptr_t cfa, std::
     if (rbp < sp || rbp - sp > kDeltaMask * 8 || rbp % 8 != 0 || load_word(rbp) != caller_rbp) return false;
     const std::uint64_t drap_slot = info & kDeltaMask;
     if (drap_slot == 0) return rbp + 16 == cfa;
-    return rbp - sp >= 8 * drap_slot && load_word(rbp - 8 * drap_slot) == cfa && drap_cfa_fits(cfa, rbp);
+    PlainReader plain;
+    return rbp - sp >= 8 * drap_slot && load_word(rbp - 8 * drap_slot) == cfa && drap_cfa_fits(cfa, rbp, plain);
   }
   if (sp + (info & kDeltaMask) * 8 != cfa) return false;
   const std::uint64_t save_slot = (info >> kSlotShift) & kMaxSaveSlot;

@@ -55,6 +55,16 @@ struct WalkMemo {
   int max_depth = 0;        // and its arguments
   int skip = 0;
   std::uint32_t value = 0;  // the caller's, derived from the last walk's frames
+  // The last walk's replay (walk_cached): every stack word it loaded, in order, and where.
+  static constexpr int kLoads = 32;
+  std::uintptr_t load_at[kLoads];
+  std::uintptr_t loaded[kLoads];
+  int loads = 0;
+  int depth = 0;                   // the frames it found (pc[skip], pc[skip + 1], ...)
+  std::uintptr_t replay_cfa = 0;   // where it started; 0: no replay recorded
+  std::uintptr_t replay_rbp = 0;   // the RBP it started with, compared when replay_uses_rbp
+  std::uintptr_t replay_thread = 0;  // the thread whose stack the addresses are in
+  bool replay_uses_rbp = false;
 };
 int capture_stack(std::uintptr_t* frames, int max_depth, int skip, WalkMemo* memo, bool* same);
 int capture_stack_unwound(std::uintptr_t* frames, int max_depth, int skip);

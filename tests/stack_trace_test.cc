@@ -356,6 +356,77 @@ TEST_F(StackTrace, AWalkThroughAMemoIsTheUnwindersAndSaysWhenItRepeatsTheLastOne
   }
 }
 
+// Two callers of one function, with frames of the same size: called from one place, the
+// function's frame and everything below it lie at the same addresses under either, and only
+// the return address into the caller tells the two stacks apart.
+std::uintptr_t g_inner_frame = 0;
+CaptureFn g_inner_capture = nullptr;
+__attribute__((noinline)) void Inner(Capture* out, int max_depth) {
+  g_inner_frame = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
+  Chain(2, g_inner_capture, out, max_depth);
+  asm volatile("" ::: "memory");
+}
+__attribute__((noinline)) void OuterA(Capture* out, int max_depth) {
+  asm volatile("" : : "i"(1));  // not folded into OuterB
+  Inner(out, max_depth);
+  asm volatile("" ::: "memory");
+}
+__attribute__((noinline)) void OuterB(Capture* out, int max_depth) {
+  asm volatile("" : : "i"(2));
+  Inner(out, max_depth);
+  asm volatile("" ::: "memory");
+}
+// Captures under OuterA or OuterB through the memo, then with the unwinder alone, from one
+// call site; *inner_frame: Inner's frame address each time.
+__attribute__((noinline)) void CaptureUnder(bool b, int max_depth, Capture* memo, bool* same, Capture* unwound,
+                                            std::uintptr_t inner_frame[2]) {
+  CaptureFn const captures[2] = {MemoCapture, brisk::debug::capture_stack_unwound};
+  Capture* const outs[2] = {memo, unwound};
+  for (int i = 0; i < 2; ++i) {
+    asm volatile("" : "+r"(i));  // one call site for both: no unrolling
+    g_inner_capture = captures[i];
+    auto outer = b ? OuterB : OuterA;
+    asm volatile("" : "+r"(outer));  // one call site for both callers
+    outer(outs[i], max_depth);
+    inner_frame[i] = g_inner_frame;
+    if (i == 0) *same = g_same;
+  }
+  asm volatile("" ::: "memory");
+}
+
+// A walk that starts where the memo's last one did, through frames at the same addresses, may
+// skip the walk and take the last one's frames only if every word the walk would read is the
+// same: here the one that differs is a return address four frames up (Inner's, into OuterA or
+// OuterB). The frames are the unwinder's, "same" is said only of a repeat, and a repeat is
+// recognised (the replay; it failed with a replay that compared all but the last word it read).
+TEST_F(StackTrace, AWalkThatStartsWhereTheLastOneDidIsTheLastOneOnlyIfEveryWordItReadsIs) {
+  std::uintptr_t first_frame = 0;
+  // Frames: CaptureAt, three Chains, Inner, the Outer, CaptureUnder. With 6 or 7 the walk
+  // reads the return address into the Outer, and needs no rule the cache may lack (CaptureUnder's
+  // frame is one it may not keep).
+  for (int depth : {6, 7}) {
+    bool previous = false;
+    for (int round = 0; round < 13; ++round) {
+      const bool b = (round % 3) != 0;  // A, B, B, A, B, B, ...
+      Capture memo, unwound;
+      bool same = false;
+      std::uintptr_t frame[2];
+      CaptureUnder(b, depth, &memo, &same, &unwound, frame);
+      if (first_frame == 0) first_frame = frame[0];
+      ASSERT_EQ(frame[0], first_frame) << "OuterA's and OuterB's frames differ in size: the test needs them equal";
+      ASSERT_EQ(frame[1], first_frame);
+      ExpectSameFrames(memo, unwound, "memo");
+      // Rounds 0 and 1 teach the cache the Outers' rules (a walk through a return address the
+      // cache lacks unwinds, and leaves no memo); from round 3 on the walk before went through
+      // known return addresses, and a repeat is recognised.
+      if (round >= 3) {
+        EXPECT_EQ(same, b == previous) << "depth " << depth << " round " << round;
+      }
+      previous = b;
+    }
+  }
+}
+
 // Only this test calls it: its return address is new to the cache here.
 __attribute__((noinline)) void FreshAlloca(std::size_t bytes, CaptureFn capture, Capture* out) {
   char* buffer = static_cast<char*>(alloca(bytes));
