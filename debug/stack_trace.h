@@ -14,7 +14,10 @@
 //   capture_stack(..., memo, &same)     the same through a WalkMemo the calling thread keeps (one
 //                                       per call site): same is true when the frames are exactly
 //                                       those of the memo's last walk, so that memo->value (the
-//                                       caller's, e.g. a depot id) still holds for them.
+//                                       caller's, e.g. a depot id) still holds for them; frames
+//                                       may then be left unwritten. A capture that starts where
+//                                       the memo's last walk did replays it: it compares the
+//                                       stack words that walk read instead of walking.
 //   capture_stack_unwound(...)          the same through the unwinder alone (tests compare).
 //   capture_counts()                    this thread's captures served by the frame cache, and by
 //                                       the unwinder after a cache miss.
@@ -66,6 +69,8 @@ struct WalkMemo {
   std::uintptr_t replay_thread = 0;  // the thread whose stack the addresses are in
   bool replay_uses_rbp = false;
 };
+// Through memo: *same says that the frames are the memo's last capture's, and then frames may
+// be left unwritten (the caller reuses what it made of those: WalkMemo::value).
 int capture_stack(std::uintptr_t* frames, int max_depth, int skip, WalkMemo* memo, bool* same);
 int capture_stack_unwound(std::uintptr_t* frames, int max_depth, int skip);
 struct CaptureCounts {

@@ -296,9 +296,20 @@ TEST_F(StackTrace, CachedCapturesAreTheUnwindersAndRepeatedStacksComeFromTheCach
 // A memo (stack_trace.h's WalkMemo) for the test's own thread.
 brisk::debug::WalkMemo g_memo;
 bool g_same = false;
+// The frames of the memo's last capture: a capture that says "same" may leave its frames
+// unwritten, and stands for these (so each test's comparison with the unwinder checks the
+// claim).
+Capture g_memo_last;
 __attribute__((noinline)) int MemoCapture(std::uintptr_t* frames, int max_depth, int skip) {
   const int depth = capture_stack(frames, max_depth, skip + 1, &g_memo, &g_same);
   asm volatile("" ::: "memory");  // no tail call: skip + 1 counts this frame
+  if (g_same) {
+    EXPECT_EQ(depth, g_memo_last.depth);
+    std::copy(g_memo_last.frames, g_memo_last.frames + g_memo_last.depth, frames);
+  } else if (depth >= 0) {
+    g_memo_last.depth = depth;
+    std::copy(frames, frames + depth, g_memo_last.frames);
+  }
   return depth;
 }
 
