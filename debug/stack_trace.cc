@@ -83,6 +83,7 @@ std::atomic<std::uint64_t>* g_frame_cache = nullptr;  // set by stack_trace_init
 // captures a stack, and one process-wide counter would be a cache line all of them write.
 __thread std::uint64_t t_cached_captures __attribute__((tls_model("initial-exec"))) = 0;
 __thread std::uint64_t t_unwound_captures __attribute__((tls_model("initial-exec"))) = 0;
+__thread std::uint64_t t_replayed_captures __attribute__((tls_model("initial-exec"))) = 0;  // of the cached ones
 
 // Counts the times an entry gained kTerminal or kUncached: a WalkMemo read at an older epoch
 // may hold an entry without a flag it has since gained, and is not trusted. Starts at 1 (a
@@ -209,24 +210,26 @@ BRISK_ALWAYS_INLINE int walk(std::uintptr_t cfa, std::uintptr_t rbp, std::uintpt
 // when the start, the epoch and the arguments are the memo's and each recorded address still
 // holds the recorded word, this walk would load the same words and find the same frames: a
 // few loads and compares instead of a cache entry per frame (callgrind, a debug malloc/free
-// pair with 8 frames: about 100 instructions a capture instead of 280). The addresses lie in the stack of the thread that made
-// the recording, from the start CFA up; a memo may pass to another thread with its heap, so
-// the recording names its thread and no other thread replays it.
+// pair with 8 frames: about 100 instructions a capture instead of 280). The replay reads only
+// what this walk would read: its first address is CFA - 8, and each later one follows from the
+// start and the words before it, which compared equal. So a memo recorded on another thread
+// (a debug heap passes on with its thread heap) can do no harm: it replays only if this
+// thread's stack holds the same words at the same addresses.
 int walk_cached(std::uintptr_t cfa, std::uintptr_t rbp, std::uintptr_t* frames, int max_depth, int skip,
                 WalkMemo* memo, bool* same) {
   if (memo == nullptr) {
     PlainReader read;
-    return walk(cfa, rbp, frames, max_depth, skip, [](std::uintptr_t pc, bool last) { return last ? 0 : cache_find(pc); },
-                read);
+    auto lookup = [](std::uintptr_t pc, bool last) { return last ? 0 : cache_find(pc); };
+    return walk(cfa, rbp, frames, max_depth, skip, lookup, read);
   }
   const std::uint64_t epoch = g_cache_epoch.load(std::memory_order_acquire);
-  const auto thread = reinterpret_cast<std::uintptr_t>(&t_cached_captures);
-  if (memo->replay_cfa == cfa && memo->epoch == epoch && memo->replay_thread == thread &&
-      memo->max_depth == max_depth && memo->skip == skip && (!memo->replay_uses_rbp || memo->replay_rbp == rbp)) {
+  if (memo->replay_cfa == cfa && memo->epoch == epoch && memo->max_depth == max_depth && memo->skip == skip &&
+      (!memo->replay_uses_rbp || memo->replay_rbp == rbp)) {
     const int loads = memo->loads;
     int i = 0;
     while (i < loads && load_word(memo->load_at[i]) == memo->loaded[i]) ++i;
     if (i == loads) {
+      ++t_replayed_captures;
       *same = true;  // frames is left as it is (capture_stack)
       return memo->depth;
     }
@@ -296,7 +299,6 @@ int walk_cached(std::uintptr_t cfa, std::uintptr_t rbp, std::uintptr_t* frames, 
     memo->depth = depth;
     memo->replay_rbp = rbp;
     memo->replay_uses_rbp = record.uses_start_rbp;
-    memo->replay_thread = thread;
     memo->replay_cfa = cfa;
   }
   return depth;
@@ -507,7 +509,7 @@ __attribute__((noinline)) int capture_stack_unwound(std::uintptr_t* frames, int 
 }
 
 CaptureCounts capture_counts() {
-  return {t_cached_captures, t_unwound_captures};
+  return {t_cached_captures, t_unwound_captures, t_replayed_captures};
 }
 
 std::size_t format_frame(std::uintptr_t pc, char* out, std::size_t capacity) {

@@ -19,8 +19,9 @@
 //                                       the memo's last walk did replays it: it compares the
 //                                       stack words that walk read instead of walking.
 //   capture_stack_unwound(...)          the same through the unwinder alone (tests compare).
-//   capture_counts()                    this thread's captures served by the frame cache, and by
-//                                       the unwinder after a cache miss.
+//   capture_counts()                    this thread's captures served by the frame cache (and of
+//                                       those, by a memo's replay), and by the unwinder after a
+//                                       cache miss.
 //   StackDepot                          stores a stack once and names it by a 32-bit id; bounded
 //                                       (a full depot returns kNoStack and counts the drop).
 //                                       Lock-free: any thread may store and fetch at any time.
@@ -66,7 +67,6 @@ struct WalkMemo {
   int depth = 0;                   // the frames it found (pc[skip], pc[skip + 1], ...)
   std::uintptr_t replay_cfa = 0;   // where it started; 0: no replay recorded
   std::uintptr_t replay_rbp = 0;   // the RBP it started with, compared when replay_uses_rbp
-  std::uintptr_t replay_thread = 0;  // the thread whose stack the addresses are in
   bool replay_uses_rbp = false;
 };
 // Through memo: *same says that the frames are the memo's last capture's, and then frames may
@@ -76,6 +76,7 @@ int capture_stack_unwound(std::uintptr_t* frames, int max_depth, int skip);
 struct CaptureCounts {
   std::uint64_t cached;
   std::uint64_t unwound;
+  std::uint64_t replayed;  // of the cached: a memo's last walk replayed (walk_cached)
 };
 CaptureCounts capture_counts();
 std::size_t format_frame(std::uintptr_t pc, char* out, std::size_t capacity);

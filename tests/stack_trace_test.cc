@@ -405,6 +405,21 @@ __attribute__((noinline)) void CaptureUnder(bool b, int max_depth, Capture* memo
   asm volatile("" ::: "memory");
 }
 
+// RBP is an ordinary register in code built without frame pointers: here it holds a different
+// value at each call, which the capture starts with (CaptureAt and MemoCapture leave it be).
+// No frame on the way uses it (ScrambledRbp saves and restores it, and the walk loads the
+// caller's from its save slot), so the replay must not compare it. x86-64 GCC without
+// sanitizers: they keep frame pointers, and RBP may then not be clobbered.
+#if defined(__x86_64__) && !defined(BRISK_TEST_SANITIZED)
+#define BRISK_TEST_SCRAMBLED_RBP 1
+__attribute__((noinline, optimize("omit-frame-pointer"))) void ScrambledRbp(std::uintptr_t value, Capture* out,
+                                                                            int max_depth) {
+  asm volatile("mov %0, %%rbp" : : "r"(value) : "rbp");
+  CaptureAt(MemoCapture, out, max_depth);
+  asm volatile("" ::: "memory");
+}
+#endif
+
 // A walk that starts where the memo's last one did, through frames at the same addresses, may
 // skip the walk and take the last one's frames only if every word the walk would read is the
 // same: here the one that differs is a return address four frames up (Inner's, into OuterA or
@@ -422,7 +437,9 @@ TEST_F(StackTrace, AWalkThatStartsWhereTheLastOneDidIsTheLastOneOnlyIfEveryWordI
       Capture memo, unwound;
       bool same = false;
       std::uintptr_t frame[2];
+      const auto before = brisk::debug::capture_counts();
       CaptureUnder(b, depth, &memo, &same, &unwound, frame);
+      const auto after = brisk::debug::capture_counts();
       if (first_frame == 0) first_frame = frame[0];
       ASSERT_EQ(frame[0], first_frame) << "OuterA's and OuterB's frames differ in size: the test needs them equal";
       ASSERT_EQ(frame[1], first_frame);
@@ -432,11 +449,34 @@ TEST_F(StackTrace, AWalkThatStartsWhereTheLastOneDidIsTheLastOneOnlyIfEveryWordI
       // known return addresses, and a repeat is recognised.
       if (round >= 3) {
         EXPECT_EQ(same, b == previous) << "depth " << depth << " round " << round;
+        // A repeat is a replay (the walk that recorded it went through known rules); any other
+        // capture walks.
+        EXPECT_EQ(after.replayed - before.replayed, b == previous ? 1u : 0u) << "depth " << depth << " round " << round;
       }
       previous = b;
     }
   }
 }
+
+#ifdef BRISK_TEST_SCRAMBLED_RBP
+// A capture whose start RBP changes at every call, but which no frame uses, is replayed: the
+// frames are the first capture's, and each capture after the walks that teach the cache and
+// record the memo is a replay (every one walked when the start RBP was compared).
+TEST_F(StackTrace, AStartRbpThatNoFrameUsesDoesNotStopAReplay) {
+  Capture first;
+  for (int i = 0; i < 20; ++i) {
+    Capture c;
+    const auto before = brisk::debug::capture_counts();
+    ScrambledRbp(0x1000 + 0x40 * static_cast<std::uintptr_t>(i), &c, 3);  // CaptureAt, ScrambledRbp, the test
+    const auto after = brisk::debug::capture_counts();
+    if (i == 0) first = c;
+    ExpectSameFrames(c, first, "scrambled rbp");
+    if (i >= 3) {
+      EXPECT_EQ(after.replayed - before.replayed, 1u) << i;
+    }
+  }
+}
+#endif
 
 // Only this test calls it: its return address is new to the cache here.
 __attribute__((noinline)) void FreshAlloca(std::size_t bytes, CaptureFn capture, Capture* out) {
