@@ -197,24 +197,38 @@ BRISK_ALWAYS_INLINE int walk(std::uintptr_t cfa, std::uintptr_t rbp, std::uintpt
   }
 }
 
+// Whether a capture from (cfa, rbp) through memo replays the memo's last walk. The memo keeps
+// every word that walk loaded and where. A walk is a function of its start (CFA, and RBP when a
+// frame-pointer frame uses it before a saved RBP is loaded), the cache entries of the return
+// addresses it reads (unchanged while the epoch is), its depth and skip, and the words it loads,
+// each address following from those before it. So when the start, the epoch and the arguments
+// are the memo's and each recorded address still holds the recorded word, a walk would load
+// the same words and find the same frames: a few loads and compares instead of a cache entry
+// per frame (callgrind, a debug malloc/free pair with 8 frames: about 50 instructions a capture
+// instead of 280). The replay reads only what the walk would read: its first address is
+// CFA - 8, and each later one follows from the start and the words before it, which compared
+// equal. So a memo recorded on another thread (a debug heap passes on with its thread heap) can
+// do no harm: it replays only if this thread's stack holds the same words at the same
+// addresses. Inlined where a capture starts, ahead of walk_cached (most captures in a loop
+// replay, and the call cost about a fifth of one).
+BRISK_ALWAYS_INLINE bool replays(const WalkMemo* memo, std::uintptr_t cfa, std::uintptr_t rbp, int max_depth,
+                                 int skip) {
+  if (memo->replay_cfa != cfa || memo->max_depth != max_depth || memo->skip != skip ||
+      (memo->replay_uses_rbp && memo->replay_rbp != rbp) ||
+      memo->epoch != g_cache_epoch.load(std::memory_order_acquire))
+    return false;
+  const int loads = memo->loads;
+  for (int i = 0; i < loads; ++i)
+    if (load_word(memo->load_at[i]) != memo->loaded[i]) return false;
+  return true;
+}
+
 // walk through the shared cache, or through a memo: entries come from the memo where its
-// return address at the same level matches, the memo is rewritten with this walk's, and *same
-// tells whether this walk read exactly the memo's return addresses (a walk is a function of the
-// return addresses it reads, their entries and the stack words it loads, so its frames are
-// then the memo's last frames). The memo's entries are the cache's as of its epoch.
-//
-// Replay first: the memo also keeps every word the last walk loaded and where. A walk is a
-// function of its start (CFA, and RBP when a frame-pointer frame uses it before a saved RBP is
-// loaded), the cache entries of the return addresses it reads (unchanged while the epoch is),
-// its depth and skip, and the words it loads, each address following from those before it. So
-// when the start, the epoch and the arguments are the memo's and each recorded address still
-// holds the recorded word, this walk would load the same words and find the same frames: a
-// few loads and compares instead of a cache entry per frame (callgrind, a debug malloc/free
-// pair with 8 frames: about 100 instructions a capture instead of 280). The replay reads only
-// what this walk would read: its first address is CFA - 8, and each later one follows from the
-// start and the words before it, which compared equal. So a memo recorded on another thread
-// (a debug heap passes on with its thread heap) can do no harm: it replays only if this
-// thread's stack holds the same words at the same addresses.
+// return address at the same level matches, the memo is rewritten with this walk's (and its
+// words recorded for replays), and *same tells whether this walk read exactly the memo's return
+// addresses (a walk is a function of the return addresses it reads, their entries and the stack
+// words it loads, so its frames are then the memo's last frames). The memo's entries are the
+// cache's as of its epoch.
 int walk_cached(std::uintptr_t cfa, std::uintptr_t rbp, std::uintptr_t* frames, int max_depth, int skip,
                 WalkMemo* memo, bool* same) {
   if (memo == nullptr) {
@@ -223,17 +237,6 @@ int walk_cached(std::uintptr_t cfa, std::uintptr_t rbp, std::uintptr_t* frames, 
     return walk(cfa, rbp, frames, max_depth, skip, lookup, read);
   }
   const std::uint64_t epoch = g_cache_epoch.load(std::memory_order_acquire);
-  if (memo->replay_cfa == cfa && memo->epoch == epoch && memo->max_depth == max_depth && memo->skip == skip &&
-      (!memo->replay_uses_rbp || memo->replay_rbp == rbp)) {
-    const int loads = memo->loads;
-    int i = 0;
-    while (i < loads && load_word(memo->load_at[i]) == memo->loaded[i]) ++i;
-    if (i == loads) {
-      ++t_replayed_captures;
-      *same = true;  // frames is left as it is (capture_stack)
-      return memo->depth;
-    }
-  }
   const int recorded = memo->epoch == epoch ? memo->levels : 0;  // older entries may lack a flag
   bool matched = recorded > 0 && memo->max_depth == max_depth && memo->skip == skip;
   memo->epoch = epoch;
@@ -482,7 +485,14 @@ BRISK_ALWAYS_INLINE int capture_here(std::uintptr_t* frames, int max_depth, int 
     // The calling function keeps a frame pointer (__builtin_frame_address): its CFA is RBP +
     // 16, and its caller's RBP is saved at RBP.
     const auto fp = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
-    const int depth = walk_cached(fp + 16, load_word(fp), frames, max_depth, skip, memo, same);
+    const std::uintptr_t cfa = fp + 16, rbp = load_word(fp);
+    if (memo != nullptr && replays(memo, cfa, rbp, max_depth, skip)) {
+      ++t_cached_captures;
+      ++t_replayed_captures;
+      *same = true;  // frames is left as it is (capture_stack)
+      return memo->depth;
+    }
+    const int depth = walk_cached(cfa, rbp, frames, max_depth, skip, memo, same);
     if (depth >= 0) {
       ++t_cached_captures;
       return depth;

@@ -409,8 +409,8 @@ __attribute__((noinline)) void CaptureUnder(bool b, int max_depth, Capture* memo
 // value at each call, which the capture starts with (CaptureAt and MemoCapture leave it be).
 // No frame on the way uses it (ScrambledRbp saves and restores it, and the walk loads the
 // caller's from its save slot), so the replay must not compare it. x86-64 GCC without
-// sanitizers: they keep frame pointers, and RBP may then not be clobbered.
-#if defined(__x86_64__) && !defined(BRISK_TEST_SANITIZED)
+// sanitizers: they keep frame pointers, and RBP may then not be clobbered (nor, in clang, ever).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(BRISK_TEST_SANITIZED)
 #define BRISK_TEST_SCRAMBLED_RBP 1
 __attribute__((noinline, optimize("omit-frame-pointer"))) void ScrambledRbp(std::uintptr_t value, Capture* out,
                                                                             int max_depth) {
