@@ -31,6 +31,7 @@
 
 namespace brisk::debug {
 __thread Kind t_alloc_kind __attribute__((tls_model("initial-exec"))) = Kind::kMalloc;
+__thread std::size_t t_copied_prefix __attribute__((tls_model("initial-exec"))) = 0;
 StackDepot g_depot;
 std::atomic<int> g_init_state{0};
 
@@ -238,8 +239,15 @@ void for_each_filled_part(const Header* h, Part part) {
   part(h->user_size - kFillEdgeBytes, kFillEdgeBytes);
 }
 
-void fill_user(Header* h, std::uint8_t byte) {
-  for_each_filled_part(h, [h, byte](std::size_t offset, std::size_t length) {
+// The pattern over the filled parts of a block's user data from byte `from` on (the bytes
+// before it are the caller's to write).
+void fill_user(Header* h, std::uint8_t byte, std::size_t from = 0) {
+  for_each_filled_part(h, [h, byte, from](std::size_t offset, std::size_t length) {
+    if (offset + length <= from) return;
+    if (offset < from) {
+      length -= from - offset;
+      offset = from;
+    }
     fill_block(user_of(h) + offset, length, byte);
   });
 }
@@ -470,6 +478,9 @@ void* allocate(std::size_t size, std::size_t alignment, Kind kind, bool zero) {
   // Underlying small and medium blocks are 16-byte aligned at least: alignment - 16 bytes of
   // slack always leave room to align the user pointer.
   std::size_t total = kHeaderBytes + (alignment - kMinAlign) + size + kGuardBytes;
+  // Taken before capture, which may allocate.
+  const std::size_t copied = t_copied_prefix;
+  t_copied_prefix = 0;
   std::uint32_t stack = capture(0, Site::kAllocate);
   void* user = with_debug_heap([=](DebugHeap* d) -> void* {
     // The debug heap is the calling thread's: its spans are used without a lock.
@@ -494,7 +505,7 @@ void* allocate(std::size_t size, std::size_t alignment, Kind kind, bool zero) {
     h->reserved = 0;
     std::memset(h->guard, kGuardByte, kGuardBytes);
     seal(h);
-    if (!zero) fill_user(h, kAllocByte);
+    if (!zero) fill_user(h, kAllocByte, copied);
     else if (total <= kMediumMax) std::memset(user_of(h), 0, size);  // large_alloc zeroed the rest
     std::memset(user_of(h) + size, kGuardByte, kGuardBytes);
     {

@@ -38,6 +38,18 @@ struct KindScope {
   KindScope& operator=(const KindScope&) = delete;
 };
 
+// Bytes at the start of the next debug block made on this thread that its caller overwrites at
+// once (realloc's copy of the old block): the new pattern goes only past them. Set around the
+// allocation by CopiedPrefixScope; allocate takes it (and clears it) before anything it calls
+// can allocate, so a nested allocation never sees it.
+extern __thread std::size_t t_copied_prefix __attribute__((tls_model("initial-exec")));
+struct CopiedPrefixScope {
+  explicit CopiedPrefixScope(std::size_t bytes) { t_copied_prefix = bytes; }
+  ~CopiedPrefixScope() { t_copied_prefix = 0; }  // not taken: the block was a release block
+  CopiedPrefixScope(const CopiedPrefixScope&) = delete;
+  CopiedPrefixScope& operator=(const CopiedPrefixScope&) = delete;
+};
+
 // The debug block at user pointer p, live or in quarantine: true and its user size, or false
 // when p is not one.
 bool usable_size(const void* p, std::size_t* size);

@@ -316,6 +316,41 @@ TEST_F(DebugMode, ReallocFreesTheOldBlockIntoTheQuarantine) {
   EXPECT_EQ(ReportCount(), 2) << Reports();
 }
 
+// realloc gives the new block the new pattern only past the bytes it copies (the copy would
+// overwrite the rest at once): the result is the old bytes, then the new pattern up to the new
+// size (on a block above the fill limit, where its edges carry it), then an intact canary, for
+// growth and shrinking within and across small, medium and large blocks.
+TEST_F(DebugMode, AMovedBlockHoldsTheOldBytesThenTheNewPatternThenItsCanary) {
+  using brisk::debug::kFillEdgeBytes;
+  brisk::debug::set_fill_limit(256 * 1024);
+  const struct {
+    size_t from, to;
+  } moves[] = {{40, 100}, {100, 40}, {5000, 70000}, {70000, 9000}, {70000, 600000}, {600000, size_t{3} << 20},
+               {size_t{3} << 20, size_t{4} << 20}};
+  for (const auto& m : moves) {
+    auto* p = static_cast<unsigned char*>(brisk_malloc(m.from));
+    ASSERT_NE(p, nullptr);
+    std::memset(p, 0x11, m.from);
+    auto* q = static_cast<unsigned char*>(brisk_realloc(p, m.to));
+    ASSERT_NE(q, nullptr);
+    ASSERT_NE(q, p) << m.from << " -> " << m.to << ": a debug block always moves";
+    const size_t kept = std::min(m.from, m.to);
+    const bool edges = m.to > 256 * 1024;
+    for (size_t i = 0; i < m.to; i += (i < kept ? 1 + i / 16 : 1)) {
+      if (i < kept) {
+        ASSERT_EQ(q[i], 0x11) << m.from << " -> " << m.to << " at " << i;
+      } else if (!edges || i < kFillEdgeBytes || i >= m.to - kFillEdgeBytes) {
+        ASSERT_EQ(q[i], brisk::debug::kAllocByte) << m.from << " -> " << m.to << " at " << i;
+      }
+    }
+    EXPECT_EQ(brisk::debug::check_block(q), 0) << m.from << " -> " << m.to << Reports();
+    brisk_free(q);
+  }
+  brisk::debug::set_fill_limit(size_t{4} << 20);
+  EXPECT_EQ(ReportCount(), 0) << Reports();
+  EXPECT_EQ(brisk_check_heap(), 0) << Reports();
+}
+
 TEST_F(DebugMode, AFailedReallocLeavesTheBlockLiveAndIntact) {
   auto* p = static_cast<char*>(brisk_malloc(40));
   std::memcpy(p, "0123456789abcdefghijklmnopqrstuvwxyzABC", 40);
