@@ -41,7 +41,9 @@ struct KindScope {
 // Bytes at the start of the next debug block made on this thread that its caller overwrites at
 // once (realloc's copy of the old block): the new pattern goes only past them. Set around the
 // allocation by CopiedPrefixScope; allocate takes it (and clears it) before anything it calls
-// can allocate, so a nested allocation never sees it.
+// can allocate, so an allocation made inside it never sees it. A signal handler that allocates
+// between the two (undefined behaviour already) would take it: its block would then hold what
+// its memory held before, not the new pattern, in the hint's first bytes.
 extern __thread std::size_t t_copied_prefix __attribute__((tls_model("initial-exec")));
 struct CopiedPrefixScope {
   explicit CopiedPrefixScope(std::size_t bytes) { t_copied_prefix = bytes; }

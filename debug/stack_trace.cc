@@ -204,8 +204,8 @@ BRISK_ALWAYS_INLINE int walk(std::uintptr_t cfa, std::uintptr_t rbp, std::uintpt
 // each address following from those before it. So when the start, the epoch and the arguments
 // are the memo's and each recorded address still holds the recorded word, a walk would load
 // the same words and find the same frames: a few loads and compares instead of a cache entry
-// per frame (callgrind, a debug malloc/free pair with 8 frames: about 50 instructions a capture
-// instead of 280). The replay reads only what the walk would read: its first address is
+// per frame (callgrind, a debug malloc/free pair with 8 frames: the compare about 50
+// instructions, a whole replayed capture about 140, against 280 for the walk alone). The replay reads only what the walk would read: its first address is
 // CFA - 8, and each later one follows from the start and the words before it, which compared
 // equal. So a memo recorded on another thread (a debug heap passes on with its thread heap) can
 // do no harm: it replays only if this thread's stack holds the same words at the same

@@ -326,7 +326,9 @@ TEST_F(DebugMode, AMovedBlockHoldsTheOldBytesThenTheNewPatternThenItsCanary) {
   const struct {
     size_t from, to;
   } moves[] = {{40, 100}, {100, 40}, {5000, 70000}, {70000, 9000}, {70000, 600000}, {600000, size_t{3} << 20},
-               {size_t{3} << 20, size_t{4} << 20}};
+               {size_t{3} << 20, size_t{4} << 20},
+               // Above the limit, copies that end inside the first edge and inside the last.
+               {100, 300000}, {298000, 300000}};
   for (const auto& m : moves) {
     auto* p = static_cast<unsigned char*>(brisk_malloc(m.from));
     ASSERT_NE(p, nullptr);
@@ -336,7 +338,8 @@ TEST_F(DebugMode, AMovedBlockHoldsTheOldBytesThenTheNewPatternThenItsCanary) {
     ASSERT_NE(q, p) << m.from << " -> " << m.to << ": a debug block always moves";
     const size_t kept = std::min(m.from, m.to);
     const bool edges = m.to > 256 * 1024;
-    for (size_t i = 0; i < m.to; i += (i < kept ? 1 + i / 16 : 1)) {
+    // The copied bytes sampled (never past their end), every byte after them.
+    for (size_t i = 0; i < m.to; i += (i < kept ? std::min(1 + i / 16, kept - i) : 1)) {
       if (i < kept) {
         ASSERT_EQ(q[i], 0x11) << m.from << " -> " << m.to << " at " << i;
       } else if (!edges || i < kFillEdgeBytes || i >= m.to - kFillEdgeBytes) {
