@@ -74,6 +74,9 @@ struct alignas(BRISK_CACHELINE) Span {
   Span* all_next = nullptr;
 
   std::uint32_t carved_bytes() const { return carved_blocks * block_size; }
+  // Whether address a, a block start of this span (checked already), lies in its carved part:
+  // past it, the block was never handed out (slow paths; free_fast tests both at once).
+  bool in_carved_part(std::uintptr_t a) const { return a - reinterpret_cast<std::uintptr_t>(start) < carved_bytes(); }
   bool fully_carved() const { return carved_bytes() + block_size > span_bytes; }
   bool has_room() const { return free != nullptr || !fully_carved(); }
   // True if `offset` (an address minus start, wrapping below start) is the start of a carved

@@ -142,7 +142,7 @@ std::size_t reclaim_locked(Heap* h) {
       if (s->owner.load(std::memory_order_acquire) != h) continue;
       SpanCount* e = find_slot(s, true);
       if (e == nullptr || e->count == kPinned) continue;
-      e->count = a - reinterpret_cast<std::uintptr_t>(s->start) < s->carved_bytes() ? e->count + 1 : kPinned;
+      e->count = s->in_carved_part(a) ? e->count + 1 : kPinned;
     }
     // 2. A span all of whose blocks are in the chain has no live block. Acquire: the owner's
     // last free into it (a release store of used) happens before its pages change hands.

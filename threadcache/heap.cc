@@ -137,7 +137,7 @@ BRISK_NOINLINE void free_slow(void* p) {
     // The span is ours now: this free, and the next ones into it, are local. Its carve state is
     // ours to read only now, so the never-handed-out test that every other path makes first
     // comes here after the adoption.
-    if (a - reinterpret_cast<std::uintptr_t>(s->start) >= s->carved_bytes())
+    if (!s->in_carved_part(a))
       fatal_pointer_error("invalid free of", p, "never handed out");
     free_to_own_span(h, s, b, code);
     return;

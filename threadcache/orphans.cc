@@ -52,7 +52,7 @@ std::size_t process_orphan_block(Block* b) {
     LockGuard g(pool.lock);
     owner = s->owner.load(std::memory_order_acquire);
     if (owner == &g_orphan_heap) {
-      if (a - reinterpret_cast<std::uintptr_t>(s->start) >= s->carved_bytes())
+      if (!s->in_carved_part(a))
         fatal_pointer_error("invalid free of", b, "never handed out");  // aborts under the lock
       Block* old = s->free;
       set_link(b, old);

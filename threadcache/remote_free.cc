@@ -128,7 +128,7 @@ std::size_t process_owned_block(Heap* h, Block* b) {
     send_chain(owner, b, b, size);
     return size;
   }
-  if (a - reinterpret_cast<std::uintptr_t>(s->start) >= s->carved_bytes())
+  if (!s->in_carved_part(a))
     fatal_pointer_error("invalid free of", b, "never handed out");
   free_to_own_span(h, s, b, free_code(a));
   return size;
