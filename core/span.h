@@ -2,14 +2,16 @@
 // block. Its descriptor lives in the chunk header (chunk.h), never beside user data.
 //
 // Ownership: a span belongs to exactly one owner at a time, `owner`:
-//   - a thread heap (threadcache/heap.h), which alone touches `free`, `used` and the carve
-//     state, without atomics;
+//   - a thread heap (threadcache/heap.h), which alone writes `free`, `used` and the carve
+//     state, without atomics (but for the stores of its fast paths, see below); another thread
+//     holding the heap's slow lock reads `used` and `free` of its installed spans to purge
+//     them in place (threadcache/background.cc), and writes only the idle_* fields;
 //   - or the orphan owner (a span of an exited thread, or surplus), held in the central pool of
 //     its class; then only a holder of that class's central lock touches it.
 // Other threads read only the immutable geometry (start, block_size, span_bytes, inverse,
 // shift) and the atomic owner, to route a free to the right owner; and the statistics reader
-// (threadcache/heap_stats.cc) reads kind, size_class, page_count, used and carved_blocks of any
-// span, and block_size of a medium span (its usable size, which realloc changes in place).
+// (threadcache/heap_stats.cc) reads kind, size_class, page_count, used, carved_blocks,
+// idle_purged and idle_absorbed of any span, and block_size of a medium span (its usable size, which realloc changes in place).
 // inverse and shift of a medium span are 1 and 0 whatever its size, written when it becomes
 // medium, so realloc's in-place size changes leave them alone.
 // Those are therefore written only as relaxed atomics (store_shared, and
@@ -72,6 +74,14 @@ struct alignas(BRISK_CACHELINE) Span {
   Span* next = nullptr;
   Span* all_prev = nullptr;               // the owning heap's list of every span it holds
   Span* all_next = nullptr;
+  // An installed span whose pages went back while its heap was idle (threadcache/background.cc,
+  // "purge in place"); written by the purging thread and read by the owner, both under the
+  // heap's slow lock. idle_head: the free list's head then, whose pages were kept (the one block
+  // a fast path already under way may still take); idle_absorbed: the blocks of the span that
+  // were queued to the heap then and were dropped with the pages (still counted in used).
+  Block* idle_head = nullptr;
+  std::uint32_t idle_absorbed = 0;
+  bool idle_purged = false;
 
   std::uint32_t carved_bytes() const { return carved_blocks * block_size; }
   // Whether address a, a block start of this span (checked already), lies in its carved part:

@@ -3,8 +3,7 @@
 // What it returns, each pass: the free pages of every chunk that stayed unused for
 // BRISK_PURGE_DELAY_MS (chunk_decay_all: whoever owns the chunk, abandoned ones too), blocks
 // in the orphan queue, and empty abandoned chunks. All of it through the same protocols any
-// thread uses (claim before decommit, the central pools' locks), so it never touches a span a
-// thread holds: heaps' current spans and free lists stay their owners' alone.
+// thread uses (claim before decommit, the central pools' locks).
 //
 // And the frees other threads queued to an idle heap (one whose owner ran no slow path for
 // BRISK_IDLE_MS): a thread blocked for good (a pool thread waiting for work) never drains
@@ -15,7 +14,8 @@
 // on the lock. Blocks of spans that still hold a live block go back to the queue.
 //
 // An idle heap's medium cache (threadcache/medium.h) and its classes' spares (span_pages.cc) are
-// given back too, under the same lock.
+// given back too, under the same lock; and the pages of its installed spans that hold no live
+// block (purge in place, below), which its fast paths use without the lock.
 //
 // When a pass finds nothing left to age, the thread backs off, doubling its sleep up to
 // BRISK_IDLE_MS, so an idle process wakes it a few times a second at most; while memory is
@@ -64,6 +64,7 @@ struct SpanCount {
 };
 constexpr std::uint32_t kReleased = ~std::uint32_t{0};  // to give back
 constexpr std::uint32_t kPinned = kReleased - 1;        // never given back in this reclaim
+constexpr std::uint32_t kPurged = kPinned - 1;          // installed, purged in place (below)
 struct SpanTable {
   SpanCount slots[kSpanSlots];
   std::uint16_t used[kMaxSpans];  // indices of the slots in use
@@ -124,11 +125,62 @@ std::size_t background_bytes_returned() { return g_bytes_returned.load(std::memo
 
 namespace {
 
-// reclaim_queued_frees, g_pass_lock held (the span table is its).
-std::size_t reclaim_locked(Heap* h) {
-  if (h->incoming.empty() || !h->slow_lock.try_lock()) return 0;
+// Purge in place: the pages of an installed span with no live block go back to the OS while the
+// span stays installed, for a heap whose owner may never run again (its fast paths use its
+// installed spans without the lock, so no other thread may release them).
+//
+// With h's slow lock held (the owner's slow paths wait), `queued` blocks of installed span s of
+// class c in the chain taken from h's queue: decides whether s has no live block and, if so,
+// points current[c] away and marks s. The owner's fast paths: a free into s needs a live block
+// of it (none), and an allocation reads current[c] first. So once current[c] points away, only
+// an allocation that read it before (under way, or stopped in between) can still touch s, and
+// it takes one block: the head it reads. Its stores are used + 1, then the new head (release,
+// alloc_small). Read here: used, the head, used again (acquire). If the pop stored its head by
+// the time the head is read, the second read sees its used; otherwise it takes the head read
+// here, whose pages the purge keeps. Either way no block but that head can be live, and the
+// owner's next slow path (heap_rebuild_idle_purged) knows how many are: used less the queued
+// blocks dropped here.
+bool purge_in_place_decide(Heap* h, unsigned c, Span* s, std::uint32_t queued) {
+  auto used = [s] { return std::atomic_ref<std::uint32_t>(s->used).load(std::memory_order_acquire); };
+  if (used() != queued) return false;  // a live block, or blocks on their way to h's queue
+  std::atomic_ref<Span*>(h->current[c]).store(&g_empty_span, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // Left pointing away if s turns out busy: the owner's next allocation puts it back (alloc_refill).
+  if (used() != queued) return false;
+  Block* head = std::atomic_ref<Block*>(s->free).load(std::memory_order_acquire);
+  if (used() != queued) return false;
+  s->idle_head = head;
+  store_shared(s->idle_absorbed, queued);  // the statistics read both (heap_stats.cc)
+  store_shared(s->idle_purged, true);
+  h->idle_purged = true;
+  return true;
+}
+
+// The pages of s marked by purge_in_place_decide, but those of the head block's bytes, go back
+// to the OS. Returns the bytes.
+std::size_t purge_in_place(Span* s) {
+  auto* ch = chunk_of(reinterpret_cast<std::uintptr_t>(s->start));
+  auto begin = reinterpret_cast<std::uintptr_t>(ch->page_address(s->first_page));
+  std::uintptr_t end = begin + (std::size_t{s->page_count} << kPageShift);
+  std::uintptr_t keep_begin = end, keep_end = end;
+  if (s->idle_head != nullptr) {
+    auto a = reinterpret_cast<std::uintptr_t>(s->idle_head);
+    keep_begin = a & ~(kOsPageSize - 1);
+    keep_end = (a + s->block_size + kOsPageSize - 1) & ~(kOsPageSize - 1);
+  }
+  if (keep_begin > begin) platform::decommit(reinterpret_cast<void*>(begin), keep_begin - begin);
+  if (end > keep_end) platform::decommit(reinterpret_cast<void*>(keep_end), end - keep_end);
+  return (keep_begin - begin) + (end - keep_end);
+}
+
+// reclaim_queued_frees, g_pass_lock held (the span table is its). purge_installed: also purge
+// the installed spans without a live block in place (above), adding their bytes to *purged.
+std::size_t reclaim_locked(Heap* h, bool purge_installed, std::size_t* purged = nullptr) {
+  if ((h->incoming.empty() && !purge_installed) || !h->slow_lock.try_lock()) return 0;
   std::size_t bytes = 0;
   // A debug heap never stops serving: it keeps its spans through the pool (debug_switch.h).
+  // Its installed spans are not purged: it allocates through g_empty_span anyway.
+  purge_installed = purge_installed && h->serving && !h->is_debug;
   if (h->serving || h->is_debug) {
     Block* chain = h->incoming.take_all();
     // 1. Count the chain's blocks per span of h. A block beyond its span's carved part was
@@ -162,6 +214,18 @@ std::size_t reclaim_locked(Heap* h) {
       if (s->free != nullptr && !s->listed) continue;
       e.count = kReleased;
     }
+    // 2b. Installed spans with no live block, their queued blocks dropped with their pages.
+    if (purge_installed) {
+      for (unsigned c = 0; c < kNumClasses; ++c) {
+        Span* s = h->installed[c];
+        if (s == &g_empty_span || s->idle_purged) continue;
+        SpanCount* e = find_slot(s, false);
+        if (e != nullptr && e->count == kPinned) continue;
+        if (e == nullptr && std::atomic_ref<std::uint32_t>(s->used).load(std::memory_order_acquire) != 0) continue;
+        if (e == nullptr && (e = find_slot(s, true)) == nullptr) continue;  // no room: a later pass
+        if (purge_in_place_decide(h, c, s, e->count)) e->count = kPurged;
+      }
+    }
     // 3. The other blocks go back to the queue, in one push, before any page is given away:
     // a released span's blocks are not touched again.
     Block* keep_head = nullptr;
@@ -172,7 +236,7 @@ std::size_t reclaim_locked(Heap* h) {
       auto a = reinterpret_cast<std::uintptr_t>(b);
       Span* s = chunk_of(a)->span_of(a);
       SpanCount* e = find_slot(s, false);
-      if (e == nullptr || e->count != kReleased) {
+      if (e == nullptr || (e->count != kReleased && e->count != kPurged)) {
         set_link(b, keep_head);
         keep_head = b;
         if (keep_tail == nullptr) keep_tail = b;
@@ -185,6 +249,8 @@ std::size_t reclaim_locked(Heap* h) {
     // 4. Give the spans back, as the owner would when their last block came home.
     for (unsigned k = 0; k < g_spans.count; ++k) {
       SpanCount& e = g_spans.slots[g_spans.used[k]];
+      if (e.count == kPurged && purged != nullptr) *purged += purge_in_place(e.span);
+      else if (e.count == kPurged) bytes += purge_in_place(e.span);
       if (e.count != kReleased) continue;
       Span* s = e.span;
       std::atomic_ref<std::uint32_t>(s->used).store(0, std::memory_order_relaxed);
@@ -199,9 +265,9 @@ std::size_t reclaim_locked(Heap* h) {
 
 }  // namespace
 
-std::size_t reclaim_queued_frees(Heap* h) {
+std::size_t reclaim_queued_frees(Heap* h, std::size_t* purged) {
   LockGuard pass(g_pass_lock);
-  return reclaim_locked(h);
+  return reclaim_locked(h, purged != nullptr, purged);
 }
 
 // Tried, not waited for: the caller holds its own heap's slow lock, and a pass or another
@@ -210,7 +276,7 @@ std::size_t reclaim_other_queues(Heap* self) {
   if (!g_pass_lock.try_lock()) return 0;
   std::size_t bytes = 0;
   for (Heap* o = all_heaps(); o != nullptr; o = o->all_next)
-    if (o != self && !o->incoming.empty()) bytes += reclaim_locked(o);
+    if (o != self && !o->incoming.empty()) bytes += reclaim_locked(o, false);
   g_pass_lock.unlock();
   return bytes;
 }
@@ -232,7 +298,7 @@ std::uint64_t background_pass(std::uint64_t now) {
       h->idle_active_ms = now;
     }
     h->idle = now - h->idle_active_ms >= idle;
-    if (h->idle) bytes += reclaim_locked(h) + heap_give_back_kept_tried(h);
+    if (h->idle) bytes += reclaim_locked(h, true) + heap_give_back_kept_tried(h);
   }
   chunk_destroy_empty_abandoned();
   bool pending = true;

@@ -30,8 +30,11 @@ LockCounts background_lock_counts();  // the pass lock (brisk_get_lock_stats)
 std::uint64_t background_pass(std::uint64_t now);
 // Takes the blocks queued to heap h by other threads, if h's owner is not in a slow path, and
 // gives back the spans they leave without a live block; the others go back to h's queue.
-// Returns the bytes of spans released. (Part of each pass, for idle heaps; a test may call it.)
-std::size_t reclaim_queued_frees(Heap* h);
+// Returns the bytes of spans released. With `purged`, also gives back the pages of h's
+// installed spans that have no live block ("purge in place", background.cc; h's owner rebuilds
+// them at its next slow path) and adds their bytes to *purged. (Part of each pass, for idle
+// heaps, purging; brisk_trim's sweep of every heap, purging; a test may call it.)
+std::size_t reclaim_queued_frees(Heap* h, std::size_t* purged = nullptr);
 // reclaim_queued_frees for every heap but self with frees queued to it, whatever its owner is
 // doing (brisk_trim's sweep), unless a pass holds the table. For a heap about to map a new
 // chunk: the wholly freed spans queued to owners that are blocked or descheduled become free

@@ -117,6 +117,9 @@ class alignas(BRISK_CACHELINE) Heap {
   // heap is itself a debug heap.
   Heap* debug = nullptr;
   bool is_debug = false;
+  // Under slow_lock: some installed span's pages went back while the heap was idle (Span's
+  // idle_purged); the owner's next HeapSlowLock rebuilds those spans (heap_rebuild_idle_purged).
+  bool idle_purged = false;
 };
 
 extern Span g_empty_span;
@@ -153,6 +156,10 @@ void free_local_adjust(Span* s, Heap* h);
 // ... or s was full and has a free block again.
 void free_local_refilled(Span* s, Heap* h);
 
+// With h's slow lock held, by its owner (HeapSlowLock): makes every installed span whose pages
+// the idle purge gave back (background.cc) a sound span again (span_pages.cc).
+void heap_rebuild_idle_purged(Heap* h);
+
 inline Span* current_span(Heap* h, unsigned c) {
   return std::atomic_ref<Span*>(h->current[c]).load(std::memory_order_relaxed);
 }
@@ -163,6 +170,7 @@ class HeapSlowLock {
     if (h_->slow_depth++ == 0) {
       h_->slow_lock.lock();
       h_->slow_entries.store(h_->slow_entries.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      if (BRISK_UNLIKELY(h_->idle_purged)) heap_rebuild_idle_purged(h_);
     }
   }
   ~HeapSlowLock() {
@@ -197,8 +205,11 @@ BRISK_ALWAYS_INLINE void* alloc_small(Heap* h, unsigned c, std::size_t size) {
   // decodes to a random value and fails it (null fails it too, and is let through after).
   constexpr std::uintptr_t kForeignBits = ~kChunkMask | (kMinAlign - 1);
   if (kEncodeFreeLinks && BRISK_UNLIKELY(((next ^ a) & kForeignBits) != 0) && next != 0) free_list_damaged(b);
-  s->free = reinterpret_cast<Block*>(next);
+  // used first, then free as a release store (a plain mov on x86-64, which keeps the order of
+  // the two stores): the idle purge (background.cc) reads used, free, used again, and when it
+  // sees a pop's new free it must also see that pop's used.
   span_used_increment(s);
+  std::atomic_ref<Block*>(s->free).store(reinterpret_cast<Block*>(next), std::memory_order_release);
   b->key = 0;  // a live block never carries the free key
   return b;
 }
@@ -210,7 +221,7 @@ BRISK_ALWAYS_INLINE void free_to_own_span(Heap* h, Span* s, Block* b, FreeCode c
   Block* old = s->free;
   set_link(b, old, code.link_mask);
   b->key = code.key;
-  s->free = b;
+  store_shared(s->free, b);  // the idle purge reads it (background.cc)
   // Release order (span_used_decrement): the background thread may read `used` of a span that
   // is not installed (background.cc) and give its pages away once every block is free; the
   // pages' next user must see this block's writes.

@@ -68,6 +68,14 @@ void visit_chunk(Chunk* c, void* context) {
     unsigned cls = load_shared(s.size_class);
     if (cls >= kNumClasses) continue;  // a descriptor being set up by its owner just now
     const SizeClassInfo& info = kClasses[cls];
+    // A span purged in place (background.cc): the queued blocks dropped with its pages are
+    // free, though its owner has not taken them off used yet, and at most the pages of one
+    // block stay resident.
+    bool purged = load_shared(s.idle_purged);
+    if (purged) {
+      std::uint64_t absorbed = load_shared(s.idle_absorbed);
+      used = used > absorbed ? used - absorbed : 0;
+    }
     if (used > info.capacity) used = info.capacity;  // read while it changed
     std::uint64_t free_blocks = info.capacity - used;
     ClassCounts& k = t.classes[cls];
@@ -87,6 +95,10 @@ void visit_chunk(Chunk* c, void* context) {
     // data (span_new_small), which stay resident until carving reaches them.
     // The class's size, not the span's block_size: a descriptor released and reused between two
     // loads could pair a small span's count with a medium block's size.
+    if (purged) {
+      t.resident_estimate += round_to_os_page(info.size) + kOsPageSize;
+      continue;
+    }
     std::uint64_t carved = load_shared(s.carved_blocks);
     if (carved > info.capacity) carved = info.capacity;  // read while it changed
     const std::uint64_t carved_end = round_to_os_page(carved * info.size);

@@ -5,6 +5,7 @@
 #include "core/assert.h"
 #include "core/options.h"
 #include "core/platform.h"
+#include "core/report.h"
 #include "threadcache/background.h"
 #include "threadcache/medium.h"
 #include "threadcache/purge.h"
@@ -34,6 +35,45 @@ void carve(Span* s) {
   }
   s->free = reinterpret_cast<Block*>(first);
   store_shared(s->carved_blocks, s->carved_blocks + n);
+}
+
+void heap_rebuild_idle_purged(Heap* h) {
+  h->idle_purged = false;
+  for (unsigned c = 0; c < kNumClasses; ++c) {
+    Span* s = h->installed[c];
+    if (s == &g_empty_span || !s->idle_purged) continue;
+    // The purge saw no live block, and pointed current[c] away before it looked: since then at
+    // most one allocation (a fast path already under way) took a block of s, the head it saw,
+    // whose pages it kept; the block may have come back since. Every other block's link and key
+    // may now read as zeros, so the free list is made again.
+    std::uint32_t live = s->used - s->idle_absorbed;
+    if (live == 0) {
+      s->free = nullptr;  // carved again from the first block, page by page, as a new span
+      store_shared(s->carved_blocks, 0u);
+    } else if (live == 1 && s->idle_head != nullptr) {
+      Block* head = nullptr;
+      for (std::uint32_t i = s->carved_blocks; i-- > 0;) {
+        char* p = s->start + std::size_t{i} * s->block_size;
+        if (p == reinterpret_cast<char*>(s->idle_head)) continue;  // the live one
+        auto* b = reinterpret_cast<Block*>(p);
+        FreeCode code = free_code(reinterpret_cast<std::uintptr_t>(p));
+        set_link(b, head, code.link_mask);
+        b->key = code.key;
+        head = b;
+      }
+      s->free = head;
+    } else {
+      // More frees than blocks handed out: a block of s freed a second time after the purge
+      // (its free key had gone with the page, so the fast path took it for a live block).
+      fatal_pointer_error("double free in the span of", s->start,
+                          "a block freed twice after its thread's idle memory went back");
+    }
+    store_shared(s->used, live);
+    store_shared(s->resident_pages, std::uint8_t{0});
+    s->idle_head = nullptr;
+    store_shared(s->idle_purged, false);
+    store_shared(s->idle_absorbed, 0u);
+  }
 }
 
 void heap_link_span(Heap* h, Span* s) {
@@ -197,7 +237,7 @@ Span* span_new_small(Heap* h, unsigned c) {
 
 // Resets a span's descriptor and gives its pages back to the chunk.
 void release_span_pages(Span* s) {
-  BRISK_ASSERT(s->kind != SpanKind::kUnused && s->used == 0 && !s->listed);
+  BRISK_ASSERT(s->kind != SpanKind::kUnused && s->used == 0 && !s->listed && !s->idle_purged);
   Chunk* ch = chunk_of(reinterpret_cast<std::uintptr_t>(s->start));
   unsigned first = s->first_page, count = s->page_count;
   store_shared(s->kind, SpanKind::kUnused);

@@ -37,15 +37,16 @@ std::size_t thread_collect() {
 // The calling thread's collect first, so its emptied spans are free pages before the sweep.
 // Then the frees queued to every other heap whose slow lock is free: the spans they empty are
 // given back as the background thread does for idle heaps (reclaim_queued_frees; sound whatever
-// the owner is doing). Other heaps' current spans and free lists are left alone: their owners
-// use them without a lock. The sweep takes every chunk's free pages (chunk_purge_all).
+// the owner is doing), and so are the pages of their installed spans that hold no live block
+// (purge in place, background.cc). Other free blocks in their spans are left alone: their
+// owners use them without a lock. The sweep takes every chunk's free pages (chunk_purge_all).
 std::size_t process_trim() {
   std::size_t bytes = thread_collect();
   // Debug heaps too: the blocks of one that other threads freed wait in its queue after their
   // quarantine, and its owner may not allocate again. (Its own thread's was collected above.)
   for (Heap* h = all_heaps(); h != nullptr; h = h->all_next) {
     if (h == t_heap) continue;
-    reclaim_queued_frees(h);
+    reclaim_queued_frees(h, &bytes);  // released spans are counted by chunk_purge_all below
     heap_give_back_kept_tried(h);
     Heap* d = std::atomic_ref<Heap*>(h->debug).load(std::memory_order_acquire);
     if (d != nullptr) {
