@@ -36,6 +36,11 @@ bool remap_in_place(void* p, std::size_t old_size, std::size_t new_size);
 // new_size that this call replaces) and resizes them to new_size, without copying data.
 bool remap_to(void* old_p, std::size_t old_size, void* target, std::size_t new_size);
 
+// A memory barrier executed by every thread of the process before this returns (Linux
+// membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, registered on first use): the heavy side of an
+// asymmetric fence, whose light side is a compiler barrier. False where the kernel lacks it.
+bool barrier_all_threads();
+
 // Bytes of [p, p+size) currently resident (mincore), counted in windows on the stack.
 std::size_t resident_bytes(void* p, std::size_t size);
 

@@ -87,6 +87,19 @@ void lazy_free(void* p, std::size_t size) {
   stats::g.os_decommit_calls.fetch_add(1, std::memory_order_relaxed);
 }
 
+bool barrier_all_threads() {
+  // The command numbers of <linux/membarrier.h>, which glibc's headers do not pull in.
+  constexpr int kPrivateExpedited = 1 << 3, kRegisterPrivateExpedited = 1 << 4;
+  int saved_errno = errno;  // brisk_trim and malloc_trim leave errno alone
+  bool done = syscall(SYS_membarrier, kPrivateExpedited, 0, 0) == 0;
+  // Not registered yet (EPERM; registration is per process, and a child of fork may need its
+  // own), or not supported (EINVAL, ENOSYS).
+  if (!done && errno == EPERM && syscall(SYS_membarrier, kRegisterPrivateExpedited, 0, 0) == 0)
+    done = syscall(SYS_membarrier, kPrivateExpedited, 0, 0) == 0;
+  errno = saved_errno;
+  return done;
+}
+
 std::size_t resident_bytes(void* p, std::size_t size) {
   // One vector byte per page; 4096 of them cover 16 MiB per call. mincore only reads page
   // tables: unlike madvise or munmap it flushes no TLB, which in a VM costs an interrupt to

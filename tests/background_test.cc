@@ -585,6 +585,72 @@ TEST_F(Background, IdleThreadsWithNothingLiveHoldNoSpans) {
   for (auto& t : threads) t.join();
 }
 
+// Blocks a thread freed into other threads' spans wait in its outgoing batch until 64 of them
+// (or 256 KiB) are there; a thread that then blocks for good would keep them, and the spans they
+// belong to, for ever. The pass takes an idle heap's partial batches and sends them; an append
+// under way (out_busy) makes it wait for a later pass.
+TEST_F(Background, AnIdleThreadsPartialOutgoingBatchesAreSent) {
+  using namespace brisk;
+  Passes(3, 1000);
+  constexpr int kBlocks = 20;  // one partial batch
+  std::vector<void*> blocks;
+  std::mutex m;
+  std::condition_variable cv;
+  int stage = 0;
+  Heap* freer_heap = nullptr;
+  Span* span = nullptr;
+  std::thread owner([&] {
+    for (int i = 0; i < kBlocks; ++i) blocks.push_back(brisk_malloc(1024));
+    auto a = reinterpret_cast<std::uintptr_t>(blocks[0]);
+    span = chunk_of(a)->span_of(a);
+    std::unique_lock<std::mutex> lock(m);
+    stage = 1;
+    cv.notify_all();
+    cv.wait(lock, [&] { return stage == 3; });
+  });
+  std::thread freer([&] {
+    {
+      std::unique_lock<std::mutex> lock(m);
+      cv.wait(lock, [&] { return stage == 1; });
+    }
+    void* own = brisk_malloc(64);  // a heap of its own
+    for (void* p : blocks) brisk_free(p);
+    freer_heap = t_heap;
+    std::unique_lock<std::mutex> lock(m);
+    stage = 2;
+    cv.notify_all();
+    cv.wait(lock, [&] { return stage == 3; });
+    lock.unlock();
+    brisk_free(own);
+  });
+  {
+    std::unique_lock<std::mutex> lock(m);
+    cv.wait(lock, [&] { return stage == 2; });
+  }
+  auto batched = [&] {
+    std::uint32_t n = 0;
+    for (auto& o : freer_heap->outgoing) n += load_shared(o.count);
+    return n;
+  };
+  ASSERT_EQ(batched(), std::uint32_t{kBlocks});
+  ASSERT_EQ(load_shared(span->used), std::uint32_t{kBlocks});
+  freer_heap->out_busy = 1;  // as if an append were under way
+  Passes(3, 1000);
+  EXPECT_EQ(batched(), std::uint32_t{kBlocks}) << "taken while an append was under way";
+  freer_heap->out_busy = 0;
+  Passes(3, 1000);
+  EXPECT_EQ(batched(), 0u);
+  // The blocks reached their owner, which is idle too: the span they emptied went back.
+  EXPECT_TRUE(span->idle_purged || span->owner.load() == nullptr) << "the owner's span kept its blocks";
+  {
+    std::lock_guard<std::mutex> lock(m);
+    stage = 3;
+  }
+  cv.notify_all();
+  owner.join();
+  freer.join();
+}
+
 // A block of a span purged in place, freed a second time: its free key went with its page, so
 // free's fast path takes it for a live block (and a checked build's assertion on used stops it
 // there). The owner's next slow path, which rebuilds the span, finds more frees than blocks

@@ -181,6 +181,9 @@ std::size_t reclaim_locked(Heap* h, bool purge_installed, std::size_t* purged = 
   // A debug heap never stops serving: it keeps its spans through the pool (debug_switch.h).
   // Its installed spans are not purged: it allocates through g_empty_span anyway.
   purge_installed = purge_installed && h->serving && !h->is_debug;
+  // Its partial outgoing batches first: their blocks may be all that keeps other heaps' spans
+  // (and, once sent back, its own) from emptying.
+  if (purge_installed) heap_take_outgoing(h);
   if (h->serving || h->is_debug) {
     Block* chain = h->incoming.take_all();
     // 1. Count the chain's blocks per span of h. A block beyond its span's carved part was

@@ -58,6 +58,9 @@ class alignas(BRISK_CACHELINE) Heap {
   Span* all_spans = nullptr;    // every span this heap owns (for thread exit)
   Chunk* chunks = nullptr;      // chunks this heap claims pages from
   OutgoingBatch outgoing[kRemoteSlots];
+  // 1 while the owner's outgoing_add changes a batch (remote_free.cc): another thread takes an
+  // idle heap's batches (heap_take_outgoing) only when it sees 0 after its barrier.
+  std::uint8_t out_busy = 0;
   std::size_t released_since_purge = 0;  // bytes of spans released since the last purge check
   // Classes whose multi-page current span was kept when it emptied, oldest replaced first,
   // each class at most once (retained[c]).

@@ -1,7 +1,10 @@
 // Remote frees between heaps. See remote_free.h.
 #include "threadcache/remote_free.h"
 
+#include <atomic>
+
 #include "core/chunk.h"
+#include "core/platform.h"
 #include "core/report.h"
 #include "core/stats.h"
 #include "threadcache/medium.h"
@@ -22,11 +25,31 @@ void send_chain(Heap* dest, Block* first, Block* last, std::size_t bytes) {
   orphan_queue_counted_push(retries);
 }
 
+// Taking an idle heap's batches (heap_take_outgoing) from another thread. The owner appends to
+// them without a lock (outgoing_add), and an append reads the batch before writing it, so the
+// taker must know that no append is under way, and that none starts until it is done. An
+// asymmetric Dekker fence: the owner stores out_busy = 1, then (a compiler barrier only) reads
+// the slot's dest; the taker swaps every slot's dest for kTakenMark, then runs a memory barrier
+// on every thread of the process (platform::barrier_all_threads), then reads out_busy. If the
+// owner's store came before the barrier reached its CPU, the taker sees it and gives up; if
+// after, the owner's read sees the mark, and the append goes to switch_destination, which waits
+// for the taker on the heap's slow lock. An append's last store is out_busy = 0 (release), so
+// a taker that reads 0 sees everything it wrote. The mark is only ever read there: an append
+// under way uses the dest it was given, and every other reader holds the slow lock.
 namespace {
 
-BRISK_NOINLINE void flush_batch(Heap* h, OutgoingBatch& o) {
+Heap* const kTakenMark = &g_exited_heap;  // never a batch's destination (it owns no span)
+
+std::atomic_ref<Heap*> dest_of(OutgoingBatch& o) { return std::atomic_ref<Heap*>(o.dest); }
+void out_busy_begin(Heap* h) {
+  store_shared(h->out_busy, std::uint8_t{1});
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+}
+void out_busy_end(Heap* h) { std::atomic_ref<std::uint8_t>(h->out_busy).store(0, std::memory_order_release); }
+
+BRISK_NOINLINE void flush_batch(Heap* h, OutgoingBatch& o, Heap* dest) {
   if (o.count != 0) {
-    send_chain(o.dest, o.head, o.tail, o.bytes);
+    send_chain(dest, o.head, o.tail, o.bytes);
     stats::add_single_writer(h->remote_frees_sent, o.count);
   }
   o.head = o.tail = nullptr;
@@ -38,8 +61,9 @@ BRISK_NOINLINE void flush_batch(Heap* h, OutgoingBatch& o) {
 // is drained. A thread that frees other threads' blocks without allocating (a consumer, or two
 // workers freeing each other's blocks) never reaches alloc_refill, which drains the queue; what
 // others freed into its spans would wait there, resident, until it allocated again.
-BRISK_NOINLINE void batch_full(Heap* h, OutgoingBatch& o) {
-  flush_batch(h, o);
+BRISK_NOINLINE void batch_full(Heap* h, OutgoingBatch& o, Heap* dest) {
+  flush_batch(h, o, dest);
+  out_busy_end(h);
   heap_refresh_levers(h);
   if (!h->incoming.empty()) {
     HeapSlowLock lock(h);
@@ -49,8 +73,14 @@ BRISK_NOINLINE void batch_full(Heap* h, OutgoingBatch& o) {
 
 BRISK_NOINLINE void switch_destination(Heap* h, Heap* dest, Block* b, std::size_t size) {
   OutgoingBatch& o = h->outgoing[dest->id & (kRemoteSlots - 1)];
-  flush_batch(h, o);
-  o.dest = dest;
+  Heap* old = dest_of(o).load(std::memory_order_acquire);
+  if (old == kTakenMark) {  // another thread is taking the batches: wait for it, then again
+    out_busy_end(h);
+    { HeapSlowLock wait(h); }
+    return outgoing_add(h, dest, b, size);
+  }
+  flush_batch(h, o, old);
+  dest_of(o).store(dest, std::memory_order_relaxed);
   outgoing_add(h, dest, b, size);
 }
 
@@ -59,8 +89,10 @@ BRISK_NOINLINE void switch_destination(Heap* h, Heap* dest, Block* b, std::size_
 // The calls leave only through tail calls (flush_batch, switch_destination): with a call in the
 // middle GCC saved six registers on every remote free (callgrind: 12 instructions a free more).
 void outgoing_add(Heap* h, Heap* dest, Block* b, std::size_t size) {
+  out_busy_begin(h);
   OutgoingBatch& o = h->outgoing[dest->id & (kRemoteSlots - 1)];
-  if (BRISK_UNLIKELY(o.dest != dest)) return switch_destination(h, dest, b, size);
+  // Acquire: after a taker put the dest back, its reset of the batch happens before this append.
+  if (BRISK_UNLIKELY(dest_of(o).load(std::memory_order_acquire) != dest)) return switch_destination(h, dest, b, size);
   set_link(b, o.head);
   o.head = b;
   if (o.tail == nullptr) o.tail = b;
@@ -69,7 +101,8 @@ void outgoing_add(Heap* h, Heap* dest, Block* b, std::size_t size) {
   std::uint32_t count = o.count + 1;
   store_shared(o.bytes, bytes);
   store_shared(o.count, count);
-  if (count >= kRemoteBatch || bytes >= h->batch_bytes) return batch_full(h, o);
+  if (count >= kRemoteBatch || bytes >= h->batch_bytes) return batch_full(h, o, dest);
+  out_busy_end(h);
 }
 
 // A medium span holds one block, so a remote free of it empties the span: rather than queue it to
@@ -98,7 +131,33 @@ bool free_remote_medium(Heap* h, Heap* owner, Span* s) {
 }
 
 void heap_flush_outgoing(Heap* h) {
-  for (auto& o : h->outgoing) flush_batch(h, o);
+  for (auto& o : h->outgoing) flush_batch(h, o, o.dest);
+}
+
+std::size_t heap_take_outgoing(Heap* h) {
+  bool any = false;
+  for (auto& o : h->outgoing) any = any || load_shared(o.count) != 0;
+  if (!any) return 0;
+  Heap* dests[kRemoteSlots];
+  for (unsigned i = 0; i < kRemoteSlots; ++i) dests[i] = dest_of(h->outgoing[i]).exchange(kTakenMark, std::memory_order_seq_cst);
+  bool quiet = platform::barrier_all_threads() &&
+               std::atomic_ref<std::uint8_t>(h->out_busy).load(std::memory_order_acquire) == 0;
+  std::size_t bytes = 0;
+  for (unsigned i = 0; i < kRemoteSlots; ++i) {
+    OutgoingBatch& o = h->outgoing[i];
+    if (quiet && o.count != 0) {
+      bytes += o.bytes;
+      send_chain(dests[i], o.head, o.tail, o.bytes);
+      stats::add(h->remote_frees_sent, o.count);  // the owner's add_single_writer is not under way
+      o.head = o.tail = nullptr;
+      store_shared(o.count, 0u);
+      store_shared(o.bytes, std::size_t{0});
+    }
+    // Back, unless an append under way (then quiet is false) switched the slot meanwhile.
+    Heap* mark = kTakenMark;
+    dest_of(o).compare_exchange_strong(mark, dests[i], std::memory_order_release, std::memory_order_relaxed);
+  }
+  return bytes;
 }
 
 void note_chain_taken(std::size_t bytes) {

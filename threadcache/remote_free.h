@@ -18,6 +18,10 @@ void outgoing_add(Heap* h, Heap* dest, Block* b, std::size_t size);
 // chunk at once if owner's slow lock is free; false: not done, send the block as usual.
 bool free_remote_medium(Heap* h, Heap* owner, Span* s);
 void heap_flush_outgoing(Heap* h);                // sends every partial batch
+// By another thread holding h's slow lock (the background pass for an idle heap, brisk_trim):
+// sends h's partial batches, unless h's owner is appending to one just now (remote_free.cc).
+// Returns the bytes sent.
+std::size_t heap_take_outgoing(Heap* h);
 void heap_drain_incoming(Heap* h);                // takes and frees what others sent to h
 void heap_process_blocks(Heap* h, Block* chain);  // frees a chain sent to h
 // Counts a chain of `bytes` taken from a queue (stats::Stripe::remote_queued_bytes).
