@@ -98,7 +98,7 @@ class alignas(BRISK_CACHELINE) Heap {
   // uncontended unless the background thread is at work on this heap.
   SpinLock slow_lock;
   std::uint32_t slow_depth = 0;                // owner only: nesting of HeapSlowLock
-  std::atomic<std::uint32_t> slow_entries{0};  // outermost HeapSlowLocks so far (owner writes)
+  std::atomic<std::uint32_t> slow_entries{0};  // outermost HeapSlowLocks and full batches sent so far (owner writes)
   bool serving = false;                        // under slow_lock: attached to a thread or borrowed
   // The background thread's own (under its pass lock): slow_entries at its last look, when it
   // last saw them move, and whether the heap has been idle for BRISK_IDLE_MS since.

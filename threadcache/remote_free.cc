@@ -64,6 +64,10 @@ BRISK_NOINLINE void flush_batch(Heap* h, OutgoingBatch& o, Heap* dest) {
 BRISK_NOINLINE void batch_full(Heap* h, OutgoingBatch& o, Heap* dest) {
   flush_batch(h, o, dest);
   out_busy_end(h);
+  // A thread that only frees other threads' blocks (a consumer) may never take its slow lock:
+  // counted as a slow path, so the background pass does not take it for idle (and take its
+  // batches and purge its spans while it works).
+  h->slow_entries.store(h->slow_entries.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   heap_refresh_levers(h);
   if (!h->incoming.empty()) {
     HeapSlowLock lock(h);
