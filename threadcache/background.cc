@@ -129,23 +129,29 @@ namespace {
 // span stays installed, for a heap whose owner may never run again (its fast paths use its
 // installed spans without the lock, so no other thread may release them).
 //
-// With h's slow lock held (the owner's slow paths wait), `queued` blocks of installed span s of
-// class c in the chain taken from h's queue: decides whether s has no live block and, if so,
-// points current[c] away and marks s. The owner's fast paths: a free into s needs a live block
-// of it (none), and an allocation reads current[c] first. So once current[c] points away, only
-// an allocation that read it before (under way, or stopped in between) can still touch s, and
-// it takes one block: the head it reads. Its stores are used + 1, then the new head (release,
-// alloc_small). Read here: used, the head, used again (acquire). If the pop stored its head by
-// the time the head is read, the second read sees its used; otherwise it takes the head read
-// here, whose pages the purge keeps. Either way no block but that head can be live, and the
-// owner's next slow path (heap_rebuild_idle_purged) knows how many are: used less the queued
-// blocks dropped here.
-bool purge_in_place_decide(Heap* h, unsigned c, Span* s, std::uint32_t queued) {
+// With h's slow lock held (the owner's slow paths wait): for each candidate class c (installed
+// span s, `queued` blocks of it in the chain taken from h's queue, used == queued), point
+// current[c] away from s; then one memory barrier on every thread of the process
+// (platform::barrier_all_threads, membarrier); then decide each (purge_in_place_decide).
+// The barrier is needed: the owner's pops have no fence, so without it a pop's stores could
+// still sit in its store buffer while its next allocation's load of current[c] (already done)
+// took the next block too, and the purge would see neither. After the barrier, every store of
+// the owner before it is visible, and every load of current[c] after it sees the redirect: at
+// most one allocation can still touch s, one that read current[c] before the barrier and has
+// not stored yet, and it takes the head it reads. Its stores are used + 1, then the new head
+// (release, alloc_small). Read here: used, the head, used again (acquire). If the pop stored
+// its head by the time the head is read, the second read sees its used; otherwise it takes the
+// head read here, whose pages the purge keeps. Either way no block but that head can be live,
+// and the owner's next slow path (heap_rebuild_idle_purged) knows how many are: used less the
+// queued blocks dropped here. A span found busy stays pointed away: the owner's next
+// allocation of the class puts it back (alloc_refill).
+struct PurgeCandidate {
+  Span* span;
+  SpanCount* entry;
+};
+
+bool purge_in_place_decide(Heap* h, Span* s, std::uint32_t queued) {
   auto used = [s] { return std::atomic_ref<std::uint32_t>(s->used).load(std::memory_order_acquire); };
-  if (used() != queued) return false;  // a live block, or blocks on their way to h's queue
-  std::atomic_ref<Span*>(h->current[c]).store(&g_empty_span, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  // Left pointing away if s turns out busy: the owner's next allocation puts it back (alloc_refill).
   if (used() != queued) return false;
   Block* head = std::atomic_ref<Block*>(s->free).load(std::memory_order_acquire);
   if (used() != queued) return false;
@@ -170,7 +176,19 @@ std::size_t purge_in_place(Span* s) {
   }
   if (keep_begin > begin) platform::decommit(reinterpret_cast<void*>(begin), keep_begin - begin);
   if (end > keep_end) platform::decommit(reinterpret_cast<void*>(keep_end), end - keep_end);
-  return (keep_begin - begin) + (end - keep_end);
+  // Counted: the pages that may have been resident (the carved part, and the 64 KiB pages it
+  // was given resident past it), less the kept ones; not the untouched rest of the span.
+  auto carved_end = reinterpret_cast<std::uintptr_t>(s->start) + s->carved_bytes();
+  carved_end = (carved_end + kOsPageSize - 1) & ~(kOsPageSize - 1);
+  auto counted = [&](std::uintptr_t from, std::uintptr_t to) {
+    std::size_t bytes = 0;
+    for (std::uintptr_t p = from; p < to; p += kOsPageSize) {
+      bool maybe_resident = p < carved_end || (s->resident_pages >> ((p - begin) >> kPageShift) & 1) != 0;
+      if (maybe_resident) bytes += kOsPageSize;
+    }
+    return bytes;
+  };
+  return counted(begin, keep_begin) + counted(keep_end, end);
 }
 
 // reclaim_queued_frees, g_pass_lock held (the span table is its). purge_installed: also purge
@@ -219,14 +237,23 @@ std::size_t reclaim_locked(Heap* h, bool purge_installed, std::size_t* purged = 
     }
     // 2b. Installed spans with no live block, their queued blocks dropped with their pages.
     if (purge_installed) {
+      PurgeCandidate candidates[kNumClasses];
+      unsigned n = 0;
       for (unsigned c = 0; c < kNumClasses; ++c) {
         Span* s = h->installed[c];
         if (s == &g_empty_span || s->idle_purged) continue;
         SpanCount* e = find_slot(s, false);
         if (e != nullptr && e->count == kPinned) continue;
-        if (e == nullptr && std::atomic_ref<std::uint32_t>(s->used).load(std::memory_order_acquire) != 0) continue;
+        std::uint32_t queued = e != nullptr ? e->count : 0;
+        // A live block, or blocks on their way to h's queue: left alone.
+        if (std::atomic_ref<std::uint32_t>(s->used).load(std::memory_order_acquire) != queued) continue;
         if (e == nullptr && (e = find_slot(s, true)) == nullptr) continue;  // no room: a later pass
-        if (purge_in_place_decide(h, c, s, e->count)) e->count = kPurged;
+        std::atomic_ref<Span*>(h->current[c]).store(&g_empty_span, std::memory_order_seq_cst);
+        candidates[n++] = PurgeCandidate{s, e};
+      }
+      if (n != 0 && platform::barrier_all_threads()) {
+        for (unsigned k = 0; k < n; ++k)
+          if (purge_in_place_decide(h, candidates[k].span, candidates[k].entry->count)) candidates[k].entry->count = kPurged;
       }
     }
     // 3. The other blocks go back to the queue, in one push, before any page is given away:

@@ -198,6 +198,9 @@ inline void set_current(Heap* h, unsigned c, Span* s) {
 using RefillFn = void* (*)(Heap* h, unsigned size_class, std::size_t size);
 template <RefillFn Refill = alloc_refill>
 BRISK_ALWAYS_INLINE void* alloc_small(Heap* h, unsigned c, std::size_t size) {
+  // A compiler barrier only: this load of current[c] stays after the stores of any allocation
+  // inlined before it, as the purge in place's barrier needs (background.cc).
+  std::atomic_signal_fence(std::memory_order_seq_cst);
   Span* s = current_span(h, c);
   Block* b = s->free;
   if (BRISK_UNLIKELY(b == nullptr)) return Refill(h, c, size);
