@@ -84,7 +84,14 @@ BRISK_NOINLINE void switch_destination(Heap* h, Heap* dest, Block* b, std::size_
     return outgoing_add(h, dest, b, size);
   }
   flush_batch(h, o, old);
-  dest_of(o).store(dest, std::memory_order_relaxed);
+  // A taker may have swapped in its mark since the load above (it then sees out_busy and puts
+  // `old` back): never overwrite the mark, or the taker's view of the slot and the next append's
+  // would part (a helper's stress program sent a chain twice, or to a null dest).
+  if (!dest_of(o).compare_exchange_strong(old, dest, std::memory_order_relaxed, std::memory_order_relaxed)) {
+    out_busy_end(h);
+    { HeapSlowLock wait(h); }
+    return outgoing_add(h, dest, b, size);
+  }
   outgoing_add(h, dest, b, size);
 }
 
@@ -130,7 +137,8 @@ bool free_remote_medium(Heap* h, Heap* owner, Span* s) {
     stats::add(owner->remote_frees_received, 1);
   }
   owner->slow_lock.unlock();
-  if (released) stats::add_single_writer(h->remote_frees_sent, 1);
+  // An atomic add: a taker of h's batches (heap_take_outgoing) may add to it meanwhile.
+  if (released) stats::add(h->remote_frees_sent, 1);
   return released;
 }
 
