@@ -23,6 +23,8 @@ inline constexpr unsigned kPagesPerChunk = kChunkSize / kPageSize;
 
 // The unit of the OS (mmap, madvise granularity) on every supported Linux target.
 inline constexpr std::size_t kOsPageSize = 4096;
+// n rounded up to a whole number of OS pages.
+constexpr std::uint64_t round_to_os_page(std::uint64_t n) { return (n + kOsPageSize - 1) & ~std::uint64_t{kOsPageSize - 1}; }
 
 // Blocks up to kSmallMax come from size classes (many blocks per span); up to kMediumMax from a
 // run of pages of their own inside a chunk, which realloc can grow in place; above that from the

@@ -11,7 +11,8 @@
 // Other threads read only the immutable geometry (start, block_size, span_bytes, inverse,
 // shift) and the atomic owner, to route a free to the right owner; and the statistics reader
 // (threadcache/heap_stats.cc) reads kind, size_class, page_count, used, carved_blocks,
-// idle_purged and idle_absorbed of any span, and block_size of a medium span (its usable size, which realloc changes in place).
+// idle_purged and idle_absorbed of any span, and block_size of a medium span (its usable size,
+// which realloc changes in place).
 // inverse and shift of a medium span are 1 and 0 whatever its size, written when it becomes
 // medium, so realloc's in-place size changes leave them alone.
 // Those are therefore written only as relaxed atomics (store_shared, and

@@ -172,14 +172,13 @@ std::size_t purge_in_place(Span* s) {
   if (s->idle_head != nullptr) {
     auto a = reinterpret_cast<std::uintptr_t>(s->idle_head);
     keep_begin = a & ~(kOsPageSize - 1);
-    keep_end = (a + s->block_size + kOsPageSize - 1) & ~(kOsPageSize - 1);
+    keep_end = round_to_os_page(a + s->block_size);
   }
   if (keep_begin > begin) platform::decommit(reinterpret_cast<void*>(begin), keep_begin - begin);
   if (end > keep_end) platform::decommit(reinterpret_cast<void*>(keep_end), end - keep_end);
   // Counted: the pages that may have been resident (the carved part, and the 64 KiB pages it
   // was given resident past it), less the kept ones; not the untouched rest of the span.
-  auto carved_end = reinterpret_cast<std::uintptr_t>(s->start) + s->carved_bytes();
-  carved_end = (carved_end + kOsPageSize - 1) & ~(kOsPageSize - 1);
+  std::uintptr_t carved_end = round_to_os_page(reinterpret_cast<std::uintptr_t>(s->start) + s->carved_bytes());
   auto counted = [&](std::uintptr_t from, std::uintptr_t to) {
     std::size_t bytes = 0;
     for (std::uintptr_t p = from; p < to; p += kOsPageSize) {
@@ -279,8 +278,7 @@ std::size_t reclaim_locked(Heap* h, bool purge_installed, std::size_t* purged = 
     // 4. Give the spans back, as the owner would when their last block came home.
     for (unsigned k = 0; k < g_spans.count; ++k) {
       SpanCount& e = g_spans.slots[g_spans.used[k]];
-      if (e.count == kPurged && purged != nullptr) *purged += purge_in_place(e.span);
-      else if (e.count == kPurged) bytes += purge_in_place(e.span);
+      if (e.count == kPurged) (purged != nullptr ? *purged : bytes) += purge_in_place(e.span);
       if (e.count != kReleased) continue;
       Span* s = e.span;
       std::atomic_ref<std::uint32_t>(s->used).store(0, std::memory_order_relaxed);

@@ -98,7 +98,9 @@ class alignas(BRISK_CACHELINE) Heap {
   // uncontended unless the background thread is at work on this heap.
   SpinLock slow_lock;
   std::uint32_t slow_depth = 0;                // owner only: nesting of HeapSlowLock
-  std::atomic<std::uint32_t> slow_entries{0};  // outermost HeapSlowLocks and full batches sent so far (owner writes)
+  // Outermost HeapSlowLocks and full batches sent so far (owner writes): the background pass's
+  // sign of a thread at work.
+  std::atomic<std::uint32_t> slow_entries{0};
   bool serving = false;                        // under slow_lock: attached to a thread or borrowed
   // The background thread's own (under its pass lock): slow_entries at its last look, when it
   // last saw them move, and whether the heap has been idle for BRISK_IDLE_MS since.

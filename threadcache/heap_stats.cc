@@ -30,7 +30,6 @@ HeapCounts* find_heap(Walk& w, const Heap* h) {
   return nullptr;
 }
 
-std::uint64_t round_to_os_page(std::uint64_t n) { return (n + kOsPageSize - 1) & ~std::uint64_t{kOsPageSize - 1}; }
 
 void visit_chunk(Chunk* c, void* context) {
   Walk& w = *static_cast<Walk*>(context);

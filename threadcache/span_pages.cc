@@ -195,7 +195,7 @@ std::uint64_t recently_released_pages(const Heap* h, const Span* s, unsigned c) 
 std::uint64_t purge_span_tail(Heap* h, Span* s, unsigned c, std::uint64_t dirty) {
   const SizeClassInfo& info = kClasses[c];
   auto start = reinterpret_cast<std::uintptr_t>(s->start);
-  std::uintptr_t from = (start + info.size + kOsPageSize - 1) & ~(kOsPageSize - 1);
+  std::uintptr_t from = round_to_os_page(start + info.size);
   std::uintptr_t end = start + (std::size_t{info.span_pages} << kPageShift);
   BRISK_ASSERT(from < end);  // a span holds at least 4 blocks of its class (2 would do here)
   unsigned first_page = static_cast<unsigned>((from - start) >> kPageShift);  // 64 KiB page of `from`
