@@ -47,14 +47,18 @@ void out_busy_begin(Heap* h) {
 }
 void out_busy_end(Heap* h) { std::atomic_ref<std::uint8_t>(h->out_busy).store(0, std::memory_order_release); }
 
+void batch_reset(OutgoingBatch& o) {
+  o.head = o.tail = nullptr;
+  store_shared(o.count, 0u);
+  store_shared(o.bytes, std::size_t{0});
+}
+
 BRISK_NOINLINE void flush_batch(Heap* h, OutgoingBatch& o, Heap* dest) {
   if (o.count != 0) {
     send_chain(dest, o.head, o.tail, o.bytes);
     stats::add_single_writer(h->remote_frees_sent, o.count);
   }
-  o.head = o.tail = nullptr;
-  store_shared(o.count, 0u);
-  store_shared(o.bytes, std::size_t{0});
+  batch_reset(o);
 }
 
 // A full batch: sent; then the strategy's levers are read again if it changed, and the queue
@@ -75,23 +79,24 @@ BRISK_NOINLINE void batch_full(Heap* h, OutgoingBatch& o, Heap* dest) {
   }
 }
 
+// Another thread is taking h's batches (its mark is in the slot): wait for it on the slow lock,
+// then append again.
+void wait_for_taker(Heap* h, Heap* dest, Block* b, std::size_t size) {
+  out_busy_end(h);
+  { HeapSlowLock wait(h); }
+  outgoing_add(h, dest, b, size);
+}
+
 BRISK_NOINLINE void switch_destination(Heap* h, Heap* dest, Block* b, std::size_t size) {
   OutgoingBatch& o = h->outgoing[dest->id & (kRemoteSlots - 1)];
   Heap* old = dest_of(o).load(std::memory_order_acquire);
-  if (old == kTakenMark) {  // another thread is taking the batches: wait for it, then again
-    out_busy_end(h);
-    { HeapSlowLock wait(h); }
-    return outgoing_add(h, dest, b, size);
-  }
+  if (old == kTakenMark) return wait_for_taker(h, dest, b, size);
   flush_batch(h, o, old);
   // A taker may have swapped in its mark since the load above (it then sees out_busy and puts
   // `old` back): never overwrite the mark, or the taker's view of the slot and the next append's
   // would part (a helper's stress program sent a chain twice, or to a null dest).
-  if (!dest_of(o).compare_exchange_strong(old, dest, std::memory_order_relaxed, std::memory_order_relaxed)) {
-    out_busy_end(h);
-    { HeapSlowLock wait(h); }
-    return outgoing_add(h, dest, b, size);
-  }
+  if (!dest_of(o).compare_exchange_strong(old, dest, std::memory_order_relaxed, std::memory_order_relaxed))
+    return wait_for_taker(h, dest, b, size);
   outgoing_add(h, dest, b, size);
 }
 
@@ -161,9 +166,7 @@ std::size_t heap_take_outgoing(Heap* h) {
       bytes += o.bytes;
       send_chain(dests[i], o.head, o.tail, o.bytes);
       stats::add(h->remote_frees_sent, o.count);  // the owner's add_single_writer is not under way
-      o.head = o.tail = nullptr;
-      store_shared(o.count, 0u);
-      store_shared(o.bytes, std::size_t{0});
+      batch_reset(o);
     }
     // Back, unless an append under way (then quiet is false) switched the slot meanwhile.
     Heap* mark = kTakenMark;
