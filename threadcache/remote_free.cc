@@ -13,6 +13,9 @@
 
 namespace brisk {
 
+std::atomic<void (*)(Heap*)> g_switch_destination_test_hook{nullptr};
+std::atomic<void (*)(Heap*)> g_take_outgoing_test_hook{nullptr};
+
 void send_chain(Heap* dest, Block* first, Block* last, std::size_t bytes) {
   // Counted before the push, on the sender's stripe; the consumer uncounts it after its take,
   // on its own: the sum is exact once both are done (stats::sum).
@@ -92,6 +95,7 @@ BRISK_NOINLINE void switch_destination(Heap* h, Heap* dest, Block* b, std::size_
   Heap* old = dest_of(o).load(std::memory_order_acquire);
   if (old == kTakenMark) return wait_for_taker(h, dest, b, size);
   flush_batch(h, o, old);
+  if (auto hook = g_switch_destination_test_hook.load(std::memory_order_relaxed); BRISK_UNLIKELY(hook != nullptr)) hook(h);
   // A taker may have swapped in its mark since the load above (it then sees out_busy and puts
   // `old` back): never overwrite the mark, or the taker's view of the slot and the next append's
   // would part (a helper's stress program sent a chain twice, or to a null dest).
@@ -157,8 +161,9 @@ std::size_t heap_take_outgoing(Heap* h) {
   if (!any) return 0;
   Heap* dests[kRemoteSlots];
   for (unsigned i = 0; i < kRemoteSlots; ++i) dests[i] = dest_of(h->outgoing[i]).exchange(kTakenMark, std::memory_order_seq_cst);
-  bool quiet = platform::barrier_all_threads() &&
-               std::atomic_ref<std::uint8_t>(h->out_busy).load(std::memory_order_acquire) == 0;
+  bool quiet = platform::barrier_all_threads();
+  if (auto hook = g_take_outgoing_test_hook.load(std::memory_order_relaxed); BRISK_UNLIKELY(hook != nullptr)) hook(h);
+  quiet = quiet && std::atomic_ref<std::uint8_t>(h->out_busy).load(std::memory_order_acquire) == 0;
   std::size_t bytes = 0;
   for (unsigned i = 0; i < kRemoteSlots; ++i) {
     OutgoingBatch& o = h->outgoing[i];

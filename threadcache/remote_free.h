@@ -3,6 +3,7 @@
 // or to the orphan queue when the owner has exited. This path allocates nothing.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 
 #include "threadcache/heap.h"
@@ -24,6 +25,13 @@ void heap_flush_outgoing(Heap* h);                // sends every partial batch
 std::size_t heap_take_outgoing(Heap* h);
 void heap_drain_incoming(Heap* h);                // takes and frees what others sent to h
 void heap_process_blocks(Heap* h, Block* chain);  // frees a chain sent to h
+// Test hooks, null in production (tests/background_test.cc sets them to stage the interleaving
+// of an append and a take): switch_destination calls the first with its heap once it has read
+// the slot's old destination and sent its batch, before it installs the new one;
+// heap_take_outgoing calls the second with the heap once its barrier has run, before it reads
+// out_busy.
+extern std::atomic<void (*)(Heap* h)> g_switch_destination_test_hook;
+extern std::atomic<void (*)(Heap* h)> g_take_outgoing_test_hook;
 // Counts a chain of `bytes` taken from a queue (stats::Stripe::remote_queued_bytes).
 void note_chain_taken(std::size_t bytes);
 // The next block of a chain of remote frees, checked: a chain crosses spans and chunks, so a
