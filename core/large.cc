@@ -15,14 +15,9 @@ namespace brisk {
 namespace {
 
 constexpr std::uint64_t kLargeMagic = 0x6272736b6c617267ull;  // "brsklarg"
-// A full cache unmaps its oldest entry. 32 entries, not the 256 that would hold every freed block
-// of MMtest's large test on 10 threads: every large malloc and free runs under g_lock, and the more
-// entries, the longer each hold (rdtsc: 762 and 564 cycles per take and put with 57 entries, 120
-// and 84 with 18), though not through the scans, since an index that left only eviction and decay
-// scanning them did not shorten the holds (README, "Scaling on paper"). With 32, that test as
-// written at full scale on 10 threads ran in 0.37-0.56 of the time in balanced and speed modes, and
-// large-replace peaked 26% lower; the commit message has the runs.
-constexpr unsigned kCacheEntries = 32;
+// Enough entries that MMtest's large test on 10 threads (10 blocks each) finds every freed
+// mapping in the cache; a full cache unmaps its oldest entry.
+constexpr unsigned kCacheEntries = 256;
 constexpr std::uint64_t kNoDirtyEntry = ~std::uint64_t{0};
 
 // A run of freed address space: one freed mapping, or several that lay side by side, merged, or
