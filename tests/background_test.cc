@@ -710,13 +710,38 @@ TEST(BatchTake, AnAppendThatReadItsSlotBeforeTheTakersMarkWaitsForTheTaker) {
     cv.wait(lock, [&] { return found.size() == owners.size(); });
     if (found.size() >= 2 && slot_of(found.back().first) != slot_of(found.front().first)) break;
   }
+  int freer_stage = 0;
+  std::thread freer;
+  // Whatever assertion ends the test, the threads finish and are joined (a joinable thread
+  // destroyed would end the whole binary).
+  struct Cleanup {
+    std::function<void()> run;
+    ~Cleanup() { run(); }
+  } cleanup{[&] {
+    g_switch_destination_test_hook.store(nullptr);
+    g_take_outgoing_test_hook.store(nullptr);
+    {
+      std::unique_lock<std::mutex> lock(m);
+      if (freer.joinable()) {
+        cv.wait(lock, [&] { return freer_stage >= 1; });
+        if (freer_stage == 1) freer_stage = 2;
+        cv.notify_all();
+        cv.wait(lock, [&] { return freer_stage >= 3; });
+        freer_stage = 4;
+      }
+      release = true;
+    }
+    cv.notify_all();
+    if (freer.joinable()) freer.join();
+    for (auto& t : owners) t.join();
+    g_freer.store(nullptr);
+  }};
   ASSERT_NE(slot_of(found.back().first), slot_of(found.front().first)) << "16 heaps in one slot";
   auto [o1, b1] = found.front();
   auto [o2, b2] = found.back();
   OutgoingBatch* slot1 = nullptr;
   OutgoingBatch* slot2 = nullptr;
-  int freer_stage = 0;
-  std::thread freer([&] {
+  freer = std::thread([&] {
     void* own = brisk_malloc(64);  // a heap of its own
     Heap* h = t_heap;
     slot1 = &h->outgoing[slot_of(o1)];
@@ -760,7 +785,7 @@ TEST(BatchTake, AnAppendThatReadItsSlotBeforeTheTakersMarkWaitsForTheTaker) {
   g_take_outgoing_test_hook.store(nullptr);
   {
     std::unique_lock<std::mutex> lock(m);
-    cv.wait(lock, [&] { return freer_stage == 3; });
+    cv.wait(lock, [&] { return freer_stage >= 3; });
     EXPECT_EQ(g_stage.load(), 2) << "the take never reached its barrier";
     EXPECT_EQ(taken, std::size_t{64}) << "the take sent more or less than slot 2's one block";
     EXPECT_EQ(slot2->count, 0u);
@@ -768,13 +793,7 @@ TEST(BatchTake, AnAppendThatReadItsSlotBeforeTheTakersMarkWaitsForTheTaker) {
     EXPECT_EQ(slot1->dest, o1);
     EXPECT_EQ(slot1->count, 1u) << "the taker sent the freer's block (to the slot's old destination)";
     EXPECT_EQ(slot1->head, static_cast<Block*>(b1));
-    freer_stage = 4;
-    release = true;
   }
-  cv.notify_all();
-  freer.join();
-  for (auto& t : owners) t.join();
-  g_freer.store(nullptr);
 }
 
 // A block of a span purged in place, freed a second time: its free key went with its page, so
