@@ -90,17 +90,17 @@ TEST(Strategy, LeverValuesKeptByGetFollowEverySwitch) {
 
 // get() may answer for the old strategy a moment after the epoch moved (a resolution racing a
 // switch keeps its value until it undoes it): a heap that caches a lever against the epoch
-// reads it with get_for. Here that moment is made by hand: the kept value is the speed mode's
-// while balanced is in force and the epoch has moved; the heap must take balanced's.
+// reads it with get_for. Here that moment is made by hand: the kept value is the low-memory
+// mode's while balanced is in force and the epoch has moved; the heap must take balanced's.
 TEST(Strategy, AHeapRefreshingItsLeversAfterASwitchTakesTheNewStrategysValue) {
   RestoreStrategy restore;
   brisk_free(brisk_malloc(16));  // this thread has a heap
   brisk_set_strategy(BRISK_STRATEGY_BALANCED);
   const auto batch = static_cast<unsigned>(Id::kRemoteBatchBytes);
-  const std::int64_t speed = brisk::options::get_for(Id::kRemoteBatchBytes, Strategy::kSpeed);
+  const std::int64_t low = brisk::options::get_for(Id::kRemoteBatchBytes, Strategy::kLowMemory);
   const std::int64_t balanced = brisk::options::get_for(Id::kRemoteBatchBytes, Strategy::kBalanced);
-  ASSERT_NE(speed, balanced);
-  brisk::options::g_value[batch].store(speed + 1);  // kept: the value plus one
+  ASSERT_NE(low, balanced);
+  brisk::options::g_value[batch].store(low + 1);  // kept: the value plus one
   brisk::heap_refresh_levers_slow(brisk::t_heap);
   EXPECT_EQ(brisk::t_heap->batch_bytes, static_cast<std::size_t>(balanced));
   brisk::options::drop_kept_values();
