@@ -27,7 +27,6 @@ namespace {
 // send the freer's fresh block to the slot's old destination (a crash when that is null) and
 // reset the batch beside the freer's next append. The freer must instead wait for the taker and
 // append after it: its block is then the one in its batch, for the right destination.
-namespace batch_take_race {
 std::atomic<brisk::Heap*> g_freer{nullptr};
 std::atomic<int> g_stage{0};  // 1: the freer is in switch_destination; 2: the taker's barrier ran
 
@@ -51,11 +50,9 @@ void TakerAfterBarrier(brisk::Heap* h) {
   // after its append) or stays busy; either way, at most a few milliseconds.
   WaitFor([h] { return std::atomic_ref<std::uint8_t>(h->out_busy).load() == 0; });
 }
-}  // namespace batch_take_race
 
 TEST(BatchTake, AnAppendThatReadItsSlotBeforeTheTakersMarkWaitsForTheTaker) {
   using namespace brisk;
-  using namespace batch_take_race;
   // Two owners whose blocks go to different slots of the freer's batches.
   std::mutex m;
   std::condition_variable cv;
@@ -77,8 +74,8 @@ TEST(BatchTake, AnAppendThatReadItsSlotBeforeTheTakersMarkWaitsForTheTaker) {
   }
   int freer_stage = 0;
   std::thread freer;
-  // Whatever assertion ends the test, the threads finish and are joined (a joinable thread
-  // destroyed would end the whole binary).
+  // Whatever assertion ends the test, the hooks are cleared and the threads finish and are
+  // joined (a joinable thread destroyed would end the whole binary).
   struct Cleanup {
     std::function<void()> run;
     ~Cleanup() { run(); }
@@ -146,8 +143,6 @@ TEST(BatchTake, AnAppendThatReadItsSlotBeforeTheTakersMarkWaitsForTheTaker) {
   h->slow_lock.lock();  // as the background pass and brisk_trim take it
   std::size_t taken = heap_take_outgoing(h);
   h->slow_lock.unlock();
-  g_switch_destination_test_hook.store(nullptr);
-  g_take_outgoing_test_hook.store(nullptr);
   {
     std::unique_lock<std::mutex> lock(m);
     cv.wait(lock, [&] { return freer_stage >= 3; });

@@ -25,7 +25,7 @@ void heap_flush_outgoing(Heap* h);                // sends every partial batch
 std::size_t heap_take_outgoing(Heap* h);
 void heap_drain_incoming(Heap* h);                // takes and frees what others sent to h
 void heap_process_blocks(Heap* h, Block* chain);  // frees a chain sent to h
-// Test hooks, null in production (tests/background_test.cc sets them to stage the interleaving
+// Test hooks, null in production (tests/batch_take_test.cc sets them to stage the interleaving
 // of an append and a take): switch_destination calls the first with its heap once it has read
 // the slot's old destination and sent its batch, before it installs the new one;
 // heap_take_outgoing calls the second with the heap once its barrier has run, before it reads
