@@ -93,6 +93,14 @@ constexpr Option kTable[] = {
     // without the cache and 316 with it (callgrind, brisk-pair-loop 100000).
     // Low-memory keeps none: the pages go back to the chunk, where any thread takes them.
     {Id::kMediumCacheBytes, "BRISK_MEDIUM_CACHE_BYTES", {8 * MiB, 2 * MiB, 0}, 0, std::int64_t{1} << 40},
+    // Small blocks of other threads' spans that a thread frees, kept for its own next allocations
+    // of their class (threadcache/foreign_cache.h) rather than sent home. It must hold what a
+    // thread frees between two runs of allocations: the xmalloc ring frees 4,096 x 64 B plus a
+    // 32 KiB record per round, and at 256k it overflowed every round (0.997 of the time without
+    // the cache; 1m 0.736, 4m 0.722, peak RSS 31 -> 13 MiB). Speed keeps 4m (larson 0.964 of
+    // the time without the cache, 1m 1.003); low-memory 256k, which still took larson-classic's
+    // peak from 77 to 57 MiB.
+    {Id::kForeignCacheBytes, "BRISK_FOREIGN_CACHE_BYTES", {4 * MiB, 1 * MiB, 256 * KiB}, 0, std::int64_t{1} << 40},
 };
 constexpr unsigned kOptionCount = static_cast<unsigned>(Id::kCount);
 static_assert(sizeof kTable / sizeof kTable[0] == kOptionCount, "one row per option id");

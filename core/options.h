@@ -39,6 +39,7 @@ enum class Id : unsigned {
   kPurgeSpanTails,    // BRISK_PURGE_SPAN_TAILS: 1: a new small span gives back the resident pages past its first carve
   kMediumMax,         // BRISK_MEDIUM_MAX: blocks above it (up to kMediumMax) are large blocks, not chunk page runs
   kMediumCacheBytes,  // BRISK_MEDIUM_CACHE_BYTES: page runs of freed medium blocks a thread keeps for its next ones
+  kForeignCacheBytes, // BRISK_FOREIGN_CACHE_BYTES: other heaps' freed blocks a thread keeps for its own allocations
   kCount
 };
 

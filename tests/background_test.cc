@@ -613,7 +613,9 @@ TEST_F(Background, AnIdleThreadsPartialOutgoingBatchesAreSent) {
       std::unique_lock<std::mutex> lock(m);
       cv.wait(lock, [&] { return stage == 1; });
     }
-    void* own = brisk_malloc(64);  // a heap of its own
+    // A heap of its own, allocating another class than the blocks it frees, which its foreign
+    // cache (threadcache/foreign_cache.h) would keep.
+    void* own = brisk_malloc(16);
     for (void* p : blocks) brisk_free(p);
     freer_heap = t_heap;
     std::unique_lock<std::mutex> lock(m);

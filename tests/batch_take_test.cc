@@ -104,7 +104,9 @@ TEST(BatchTake, AnAppendThatReadItsSlotBeforeTheTakersMarkWaitsForTheTaker) {
   OutgoingBatch* slot1 = nullptr;
   OutgoingBatch* slot2 = nullptr;
   freer = std::thread([&] {
-    void* own = brisk_malloc(64);  // a heap of its own
+    // A heap of its own, allocating another class than the blocks it frees, which its foreign
+    // cache (threadcache/foreign_cache.h) would keep.
+    void* own = brisk_malloc(16);
     Heap* h = t_heap;
     slot1 = &h->outgoing[slot_of(o1)];
     slot2 = &h->outgoing[slot_of(o2)];

@@ -157,7 +157,9 @@ TEST(Stats, RemoteFreesAreCountedFromTheFreeToTheOwnersDrain) {
   EXPECT_EQ(Stats().bytes_in_use - base.bytes_in_use, uint64_t{kBlocks} * 64);
   std::thread freer([&] {
     uint64_t tid = ThisThreadId();
-    brisk_free(brisk_malloc(64));  // its own heap, so its frees of the owner's blocks are remote
+    // Its own heap, so its frees of the owner's blocks are remote; of another class than theirs,
+    // which its foreign cache (threadcache/foreign_cache.h) would keep.
+    brisk_free(brisk_malloc(16));
     for (void* p : blocks) brisk_free(p);
     brisk_stats s = Stats();
     EXPECT_EQ(s.bytes_in_use, base.bytes_in_use);

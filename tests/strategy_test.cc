@@ -103,6 +103,8 @@ TEST(Strategy, AHeapRefreshingItsLeversAfterASwitchTakesTheNewStrategysValue) {
   brisk::options::g_value[batch].store(low + 1);  // kept: the value plus one
   brisk::heap_refresh_levers_slow(brisk::t_heap);
   EXPECT_EQ(brisk::t_heap->batch_bytes, static_cast<std::size_t>(balanced));
+  EXPECT_EQ(brisk::t_heap->foreign_limit,
+            static_cast<std::size_t>(brisk::options::get_for(Id::kForeignCacheBytes, Strategy::kBalanced)));
   brisk::options::drop_kept_values();
 }
 
@@ -211,7 +213,7 @@ TEST(Strategy, TheReadmeLeversTableMatchesTheCode) {
       {"BRISK_REMOTE_BATCH_BYTES", Id::kRemoteBatchBytes}, {"BRISK_BACKGROUND", Id::kBackground},
       {"BRISK_IDLE_MS", Id::kIdleMs},         {"BRISK_PURGE_ADVICE", Id::kPurgeAdvice},
       {"BRISK_PURGE_SPAN_TAILS", Id::kPurgeSpanTails},  {"BRISK_MEDIUM_MAX", Id::kMediumMax},
-      {"BRISK_MEDIUM_CACHE_BYTES", Id::kMediumCacheBytes},
+      {"BRISK_MEDIUM_CACHE_BYTES", Id::kMediumCacheBytes}, {"BRISK_FOREIGN_CACHE_BYTES", Id::kForeignCacheBytes},
   };
   std::string line;
   bool in_section = false;

@@ -11,6 +11,7 @@
 #include "core/large.h"
 #include "core/report.h"
 #include "threadcache/debug_switch.h"
+#include "threadcache/foreign_cache.h"
 #include "threadcache/medium.h"
 #include "threadcache/orphans.h"
 #include "threadcache/purge.h"
@@ -42,8 +43,9 @@ BRISK_NOINLINE void* alloc_refill(Heap* h, unsigned c, std::size_t size) {
     if (p == nullptr) errno = ENOMEM;
     return p;
   }
-  HeapSlowLock lock(h);
   heap_refresh_levers(h);
+  if (void* p = foreign_cache_take(h, c)) return p;
+  HeapSlowLock lock(h);
   if (!h->incoming.empty()) heap_drain_incoming(h);
   if (!g_orphan_heap.incoming.empty()) drain_orphans();
   Span* s = h->installed[c];
@@ -99,6 +101,27 @@ BlockRef checked_block(const void* p, const char* what) {
   fatal_pointer_error(what, p, "not a block brisk handed out");
 }
 
+namespace {
+
+// A small or medium block b of span s, owned by `owner` (another heap), that this thread (heap h)
+// has claimed: adopted with its span if that is an orphan, else sent home.
+void free_claimed(Heap* h, Span* s, Block* b, Heap* owner) {
+  auto a = reinterpret_cast<std::uintptr_t>(b);
+  if (owner == &g_orphan_heap && adopt_orphan_span(h, s)) {
+    // The span is ours now: this free, and the next ones into it, are local. Its carve state is
+    // ours to read only now, so the never-handed-out test that every other path makes first
+    // comes here after the adoption.
+    if (!s->in_carved_part(a))
+      fatal_pointer_error("invalid free of", b, "never handed out");
+    free_to_own_span(h, s, b, free_code(a));
+    return;
+  }
+  if (s->kind == SpanKind::kMedium && free_remote_medium(h, owner, s)) return;
+  outgoing_add(h, owner, b, s->block_size);
+}
+
+}  // namespace
+
 BRISK_NOINLINE void free_slow(void* p) {
   if (p == nullptr) return;
   if (BRISK_UNLIKELY(g_debug_blocks_may_exist.load(std::memory_order_acquire)) && g_debug_hooks.free(p)) return;
@@ -133,17 +156,8 @@ BRISK_NOINLINE void free_slow(void* p) {
     send_chain(owner, b, b, s->block_size);  // no heap (exited thread, or out of memory for one): send it alone
     return;
   }
-  if (owner == &g_orphan_heap && adopt_orphan_span(h, s)) {
-    // The span is ours now: this free, and the next ones into it, are local. Its carve state is
-    // ours to read only now, so the never-handed-out test that every other path makes first
-    // comes here after the adoption.
-    if (!s->in_carved_part(a))
-      fatal_pointer_error("invalid free of", p, "never handed out");
-    free_to_own_span(h, s, b, code);
-    return;
-  }
-  if (s->kind == SpanKind::kMedium && free_remote_medium(h, owner, s)) return;
-  outgoing_add(h, owner, b, s->block_size);
+  if (s->kind == SpanKind::kSmall && owner != &g_orphan_heap && foreign_cache_add(h, s, b)) return;
+  free_claimed(h, s, b, owner);
 }
 
 void heap_refresh_levers_slow(Heap* h) {
@@ -152,6 +166,7 @@ void heap_refresh_levers_slow(Heap* h) {
   // and the heap would keep it until the next switch.
   h->lever_epoch = options::strategy_epoch();
   h->batch_bytes = static_cast<std::size_t>(options::get_for(options::Id::kRemoteBatchBytes, options::strategy()));
+  h->foreign_limit = static_cast<std::size_t>(options::get_for(options::Id::kForeignCacheBytes, options::strategy()));
 }
 
 std::size_t heap_give_back_kept_tried(Heap* h) {
@@ -166,6 +181,7 @@ std::size_t heap_give_back_kept_tried(Heap* h) {
 
 std::size_t heap_collect(Heap* h) {
   HeapSlowLock lock(h);
+  foreign_cache_flush(h);
   heap_flush_outgoing(h);
   heap_drain_incoming(h);
   drain_orphans();

@@ -61,6 +61,9 @@ class alignas(BRISK_CACHELINE) Heap {
   // 1 while the owner's outgoing_add changes a batch (remote_free.cc): another thread takes an
   // idle heap's batches (heap_take_outgoing) only when it sees 0 after its barrier.
   std::uint8_t out_busy = 0;
+  // 1 while another thread takes the foreign cache (heap_take_outgoing): the owner, having set
+  // out_busy, leaves the cache alone when it reads 1.
+  std::uint8_t foreign_taken = 0;
   std::size_t released_since_purge = 0;  // bytes of spans released since the last purge check
   // Classes whose multi-page current span was kept when it emptied, oldest replaced first,
   // each class at most once (retained[c]).
@@ -88,9 +91,16 @@ class alignas(BRISK_CACHELINE) Heap {
   Span* medium_cache[kMediumCacheSlots] = {};
   std::uint8_t medium_cache_count = 0;
   std::size_t medium_cache_bytes = 0;
+  // The foreign cache (foreign_cache.h): other heaps' small blocks this thread freed, one chain
+  // per class, kept for this thread's next allocations. foreign_bytes is written as a relaxed
+  // atomic (store_shared): the statistics read it.
+  Block* foreign[kNumClasses] = {};
+  std::size_t foreign_bytes = 0;
+  bool foreign_wanted[kNumClasses] = {};  // owner only: the class was refilled since the last overflow
   // Strategy levers this heap caches for its per-free paths, read again when the strategy
   // epoch moves (heap_refresh_levers): a switch reaches the heap at its next refill or batch.
   std::size_t batch_bytes = kRemoteBatchBytes;
+  std::size_t foreign_limit = 0;  // BRISK_FOREIGN_CACHE_BYTES
   std::uint32_t lever_epoch = ~std::uint32_t{0};
   // The slow paths' lock (HeapSlowLock): the owner holds it while it changes its span lists,
   // its installed spans or a span's state outside the fast paths; the background thread takes

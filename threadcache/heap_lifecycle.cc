@@ -27,6 +27,7 @@
 #include "threadcache/heap.h"
 #include "threadcache/background.h"
 #include "threadcache/debug_switch.h"
+#include "threadcache/foreign_cache.h"
 #include "threadcache/medium.h"
 #include "threadcache/orphans.h"
 #include "threadcache/remote_free.h"
@@ -112,6 +113,10 @@ void heap_reset(Heap* h) {
   for (auto& s : h->medium_cache) s = nullptr;
   h->medium_cache_count = 0;
   h->medium_cache_bytes = 0;
+  // The foreign cache went home at detach; which classes the last thread allocated says
+  // nothing about this one.
+  for (Block* f : h->foreign) BRISK_ASSERT(f == nullptr);
+  for (bool& wanted : h->foreign_wanted) wanted = false;
   h->pool_next = nullptr;
   h->remote_frees_sent.store(0, std::memory_order_relaxed);
   h->remote_frees_received.store(0, std::memory_order_relaxed);
@@ -122,6 +127,7 @@ void heap_reset(Heap* h) {
 void heap_detach(Heap* h) {
   HeapSlowLock lock(h);
   h->serving = false;
+  foreign_cache_flush(h);
   heap_flush_outgoing(h);
   // From here on, pushes to h fail and go to the orphan queue.
   Block* b = h->incoming.close();

@@ -122,8 +122,10 @@ void gather_span_totals(SpanTotals* totals, HeapCounts* heaps, std::size_t n) {
   totals->resident_estimate +=
       stats::g.chunks_cached.load(std::memory_order_relaxed) * round_to_os_page(sizeof(Chunk));
   std::uint64_t queued = stats::sum(&stats::Stripe::remote_queued_bytes);
-  for (Heap* h = all_heaps(); h != nullptr; h = h->all_next)
+  for (Heap* h = all_heaps(); h != nullptr; h = h->all_next) {
     for (const OutgoingBatch& o : h->outgoing) queued += load_shared(o.bytes);
+    queued += load_shared(h->foreign_bytes);
+  }
   totals->remote_queued_bytes = queued;
 }
 

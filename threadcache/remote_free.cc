@@ -7,6 +7,7 @@
 #include "core/platform.h"
 #include "core/report.h"
 #include "core/stats.h"
+#include "threadcache/foreign_cache.h"
 #include "threadcache/medium.h"
 #include "threadcache/orphans.h"
 #include "threadcache/span_pages.h"
@@ -39,16 +40,14 @@ void send_chain(Heap* dest, Block* first, Block* last, std::size_t bytes) {
 // for the taker on the heap's slow lock. An append's last store is out_busy = 0 (release), so
 // a taker that reads 0 sees everything it wrote. The mark is only ever read there: an append
 // under way uses the dest it was given, and every other reader holds the slow lock.
+// The foreign cache (foreign_cache.h) is taken with the same barrier: the taker stores
+// foreign_taken = 1 before it, the owner reads foreign_taken with out_busy set and leaves the
+// cache alone when it is 1, and the taker clears it (release) when it is done.
 namespace {
 
 Heap* const kTakenMark = &g_exited_heap;  // never a batch's destination (it owns no span)
 
 std::atomic_ref<Heap*> dest_of(OutgoingBatch& o) { return std::atomic_ref<Heap*>(o.dest); }
-void out_busy_begin(Heap* h) {
-  store_shared(h->out_busy, std::uint8_t{1});
-  std::atomic_signal_fence(std::memory_order_seq_cst);
-}
-void out_busy_end(Heap* h) { std::atomic_ref<std::uint8_t>(h->out_busy).store(0, std::memory_order_release); }
 
 void batch_reset(OutgoingBatch& o) {
   o.head = o.tail = nullptr;
@@ -156,15 +155,17 @@ void heap_flush_outgoing(Heap* h) {
 }
 
 std::size_t heap_take_outgoing(Heap* h) {
-  bool any = false;
+  bool any = load_shared(h->foreign_bytes) != 0;
   for (auto& o : h->outgoing) any = any || load_shared(o.count) != 0;
   if (!any) return 0;
   Heap* dests[kRemoteSlots];
   for (unsigned i = 0; i < kRemoteSlots; ++i) dests[i] = dest_of(h->outgoing[i]).exchange(kTakenMark, std::memory_order_seq_cst);
+  std::atomic_ref<std::uint8_t>(h->foreign_taken).store(1, std::memory_order_seq_cst);
   bool quiet = platform::barrier_all_threads();
   if (auto hook = g_take_outgoing_test_hook.load(std::memory_order_relaxed); BRISK_UNLIKELY(hook != nullptr)) hook(h);
   quiet = quiet && std::atomic_ref<std::uint8_t>(h->out_busy).load(std::memory_order_acquire) == 0;
-  std::size_t bytes = 0;
+  std::size_t bytes = quiet ? foreign_cache_send(h) : 0;
+  std::atomic_ref<std::uint8_t>(h->foreign_taken).store(0, std::memory_order_release);
   for (unsigned i = 0; i < kRemoteSlots; ++i) {
     OutgoingBatch& o = h->outgoing[i];
     if (quiet && o.count != 0) {

@@ -10,6 +10,15 @@
 
 namespace brisk {
 
+// The owner's half of the asymmetric Dekker fence that lets another thread take an idle heap's
+// outgoing batches and foreign cache (heap_take_outgoing; the protocol is described in
+// remote_free.cc): set around every change the owner makes to them without the slow lock.
+inline void out_busy_begin(Heap* h) {
+  store_shared(h->out_busy, std::uint8_t{1});
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+}
+inline void out_busy_end(Heap* h) { std::atomic_ref<std::uint8_t>(h->out_busy).store(0, std::memory_order_release); }
+
 // Sends the chain first..last (linked, encoded; bytes: their block sizes) to dest's queue, or
 // to the orphan queue if dest has exited.
 void send_chain(Heap* dest, Block* first, Block* last, std::size_t bytes);
@@ -20,8 +29,8 @@ void outgoing_add(Heap* h, Heap* dest, Block* b, std::size_t size);
 bool free_remote_medium(Heap* h, Heap* owner, Span* s);
 void heap_flush_outgoing(Heap* h);                // sends every partial batch
 // By another thread holding h's slow lock (the background pass for an idle heap, brisk_trim):
-// sends h's partial batches, unless h's owner is appending to one just now (remote_free.cc).
-// Returns the bytes sent.
+// sends h's partial batches and its foreign cache's blocks, unless h's owner is changing one
+// of them just now (remote_free.cc). Returns the bytes sent.
 std::size_t heap_take_outgoing(Heap* h);
 void heap_drain_incoming(Heap* h);                // takes and frees what others sent to h
 void heap_process_blocks(Heap* h, Block* chain);  // frees a chain sent to h

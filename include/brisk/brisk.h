@@ -101,7 +101,8 @@ typedef struct brisk_stats {
                                     uncarved room, retained empty spans */
   uint64_t central_pool_bytes;   /* free blocks in spans of exited threads (central pools) */
   uint64_t remote_queued_bytes;  /* blocks freed by a thread that does not own their span, in its
-                                    outgoing batches or in a remote-free queue */
+                                    outgoing batches, its foreign cache (kept for its own next
+                                    allocations) or in a remote-free queue */
   uint64_t large_cache_resident_bytes; /* of large_bytes_cached, kept as freed, not decommitted (counted by size: an upper bound of their resident pages) */
   uint64_t chunk_bytes_free;     /* free 64 KiB pages of live chunks (no span holds them) */
   uint64_t chunk_bytes_free_resident; /* of which used since last purged: still resident */

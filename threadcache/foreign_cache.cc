@@ -1,0 +1,129 @@
+// The foreign cache. See foreign_cache.h.
+#include "threadcache/foreign_cache.h"
+
+#include <atomic>
+
+#include "core/chunk.h"
+#include "core/size_class.h"
+#include "threadcache/remote_free.h"
+
+namespace brisk {
+
+namespace {
+
+Span* span_of_block(const Block* b) {
+  auto a = reinterpret_cast<std::uintptr_t>(b);
+  return chunk_of(a)->span_of(a);
+}
+
+// Empties h's cache (under its slow lock) and returns its blocks as one chain, class by class.
+Block* take_all(Heap* h) {
+  Block* all = nullptr;
+  for (unsigned c = 0; c < kNumClasses; ++c) {
+    Block* first = h->foreign[c];
+    if (first == nullptr) continue;
+    h->foreign[c] = nullptr;
+    Block* last = first;
+    for (Block* next; (next = chain_next(last)) != nullptr;) last = next;
+    set_link(last, all);
+    all = first;
+  }
+  store_shared(h->foreign_bytes, std::size_t{0});
+  return all;
+}
+
+// The owner's side of heap_take_outgoing's fence, read with out_busy set: a taker whose mark
+// the owner does not see yet will see out_busy and leave the cache alone; one whose mark it
+// sees owns the cache until it clears the mark (a release, which this acquire pairs with).
+bool taken(Heap* h) {
+  return std::atomic_ref<std::uint8_t>(h->foreign_taken).load(std::memory_order_acquire) != 0;
+}
+
+// Counted as a slow path: a thread served from its cache may take no lock for a long time, and
+// the background pass must not take it for idle.
+void note_activity(Heap* h) {
+  h->slow_entries.store(h->slow_entries.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+bool foreign_cache_add(Heap* h, Span* s, Block* b) {
+  const unsigned c = s->size_class;
+  if (!h->foreign_wanted[c]) return false;
+  const std::size_t size = s->block_size;
+  out_busy_begin(h);
+  if (BRISK_UNLIKELY(taken(h))) {
+    out_busy_end(h);
+    return false;
+  }
+  if (BRISK_UNLIKELY(h->foreign_bytes + size > h->foreign_limit)) {
+    out_busy_end(h);
+    // Full: this thread frees more of other threads' blocks than it allocates again. Everything
+    // goes home, and no class is cached until this thread refills it again.
+    for (bool& wanted : h->foreign_wanted) wanted = false;
+    HeapSlowLock lock(h);
+    foreign_cache_flush(h);
+    return false;
+  }
+  set_link(b, h->foreign[c]);
+  h->foreign[c] = b;
+  store_shared(h->foreign_bytes, h->foreign_bytes + size);
+  note_activity(h);
+  out_busy_end(h);
+  return true;
+}
+
+void* foreign_cache_take(Heap* h, unsigned c) {
+  h->foreign_wanted[c] = true;
+  out_busy_begin(h);
+  Block* b = taken(h) ? nullptr : h->foreign[c];  // the mark first: a taker may own the cache
+  if (b == nullptr) {
+    out_busy_end(h);
+    return nullptr;
+  }
+  h->foreign[c] = chain_next(b);
+  store_shared(h->foreign_bytes, h->foreign_bytes - kClasses[c].size);
+  note_activity(h);
+  out_busy_end(h);
+  b->key = 0;  // a live block never carries the free key
+  return b;
+}
+
+void foreign_cache_flush(Heap* h) {
+  for (Block* b = take_all(h); b != nullptr;) {
+    Block* next = chain_next(b);
+    Span* s = span_of_block(b);
+    Heap* owner = s->owner.load(std::memory_order_acquire);
+    if (owner == h) {  // h adopted the span (an orphan) since the block was cached
+      auto a = reinterpret_cast<std::uintptr_t>(b);
+      free_to_own_span(h, s, b, free_code(a));
+    } else {
+      outgoing_add(h, owner, b, s->block_size);
+    }
+    b = next;
+  }
+}
+
+std::size_t foreign_cache_send(Heap* h) {
+  std::size_t sent = 0;
+  Block* b = take_all(h);
+  // Runs of blocks with one owner go as one chain (they are linked already).
+  while (b != nullptr) {
+    Heap* owner = span_of_block(b)->owner.load(std::memory_order_acquire);
+    Block* last = b;
+    std::size_t bytes = span_of_block(b)->block_size;
+    Block* next;
+    for (; (next = chain_next(last)) != nullptr; last = next) {
+      Span* s = span_of_block(next);
+      if (s->owner.load(std::memory_order_acquire) != owner) break;
+      bytes += s->block_size;
+    }
+    set_link(last, nullptr);
+    send_chain(owner, b, last, bytes);
+    sent += bytes;
+    b = next;
+  }
+  return sent;
+}
+
+}  // namespace brisk
