@@ -112,9 +112,10 @@ class ForeignCache : public ::testing::Test {
   std::unique_ptr<Parked> owner_;
 };
 
-// The freer allocates the class, frees the owner's blocks, and allocates again: it gets the
-// owner's blocks back, none of which went to the owner, whose span still counts them.
-TEST_F(ForeignCache, AThreadThatAllocatesTheClassGetsTheBlocksItFreedBack) {
+// The freer grows in the class (it takes a new span of it), frees the owner's blocks, and
+// allocates again: it gets the owner's blocks back, none of which went to the owner, whose span
+// still counts them.
+TEST_F(ForeignCache, AThreadGrowingInAClassGetsTheBlocksItFreedBack) {
   constexpr int kBlocks = 100;
   std::vector<void*> blocks = OwnersBlocks(kBlocks);
   const std::uint32_t used_before = brisk::load_shared(SpanOf(blocks[0])->used);
@@ -165,9 +166,10 @@ TEST_F(ForeignCache, AThreadThatOnlyFreesKeepsNothing) {
 }
 
 // Past BRISK_FOREIGN_CACHE_BYTES the cache goes home at once, and the thread keeps no more until
-// it allocates the class again. Nothing is lost: once the owner has exited, every byte the test
+// it needs a new span of the class again; nor once its own blocks of the class come back to it.
+// Nothing is lost: once the owner has exited, every byte the test
 // allocated is free again and nothing waits in a queue.
-TEST_F(ForeignCache, AFullCacheGoesHomeAndTheClassIsNotKeptUntilItIsAllocatedAgain) {
+TEST_F(ForeignCache, AFullCacheGoesHomeAndTheClassIsKeptOnlyWhileTheThreadGrowsInIt) {
   const int n = static_cast<int>(kLimit / kSize) + 200;
   const brisk_stats base = Stats();
   std::vector<void*> blocks = OwnersBlocks(n);
@@ -182,15 +184,19 @@ TEST_F(ForeignCache, AFullCacheGoesHomeAndTheClassIsNotKeptUntilItIsAllocatedAga
     EXPECT_LE(most, kLimit);
     EXPECT_GT(most + kSize, kLimit) << "the cache was never full";
     EXPECT_EQ(brisk::load_shared(h->foreign_bytes), 0u) << "blocks freed after the overflow were kept";
-    // The class again, through a refill (more blocks than a span holds): kept again.
+    // A new span of the class again (more blocks than a span holds, kept live): kept again...
     std::vector<void*> own;
     for (std::uint32_t i = 0; i <= brisk::kClasses[brisk::size_to_class(kSize)].capacity; ++i)
       own.push_back(brisk_malloc(kSize));
-    for (void* p : own) brisk_free(p);
-    void* more = nullptr;
-    Parked other([&] { more = brisk_malloc(kSize); });  // alive: its span is not an orphan
-    brisk_free(more);
+    void* more[2] = {};
+    Parked other([&] { for (void*& p : more) p = brisk_malloc(kSize); });  // alive: not an orphan
+    brisk_free(more[0]);
     EXPECT_EQ(brisk::load_shared(h->foreign_bytes), kSize);
+    // ... until its own blocks come back to a full span of the class: then it no longer grows
+    // there, and others' blocks go home.
+    for (void* p : own) brisk_free(p);
+    brisk_free(more[1]);
+    EXPECT_EQ(brisk::load_shared(h->foreign_bytes), kSize) << "kept while its own blocks came back";
     brisk_thread_collect();  // the cache and the partial batch go home
     EXPECT_EQ(brisk::load_shared(h->foreign_bytes), 0u);
   });

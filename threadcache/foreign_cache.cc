@@ -59,7 +59,7 @@ bool foreign_cache_add(Heap* h, Span* s, Block* b) {
   if (BRISK_UNLIKELY(h->foreign_bytes + size > h->foreign_limit)) {
     out_busy_end(h);
     // Full: this thread frees more of other threads' blocks than it allocates again. Everything
-    // goes home, and no class is cached until this thread refills it again.
+    // goes home, and no class is cached until this thread needs a new span of it again.
     for (bool& wanted : h->foreign_wanted) wanted = false;
     HeapSlowLock lock(h);
     foreign_cache_flush(h);
@@ -74,7 +74,6 @@ bool foreign_cache_add(Heap* h, Span* s, Block* b) {
 }
 
 void* foreign_cache_take(Heap* h, unsigned c) {
-  h->foreign_wanted[c] = true;
   out_busy_begin(h);
   Block* b = taken(h) ? nullptr : h->foreign[c];  // the mark first: a taker may own the cache
   if (b == nullptr) {

@@ -59,6 +59,8 @@ BRISK_NOINLINE void* alloc_refill(Heap* h, unsigned c, std::size_t size) {
       s = h->available[c].pop();
       if (s == h->spare[c]) h->spare[c] = nullptr;
       if (s == nullptr) {
+        // The thread grows in c: keep what it frees of other threads' c (foreign_cache.h).
+        h->foreign_wanted[c] = true;
         s = central_take(c, h);
         if (s != nullptr) heap_link_span(h, s);
       }

@@ -96,7 +96,8 @@ class alignas(BRISK_CACHELINE) Heap {
   // atomic (store_shared): the statistics read it.
   Block* foreign[kNumClasses] = {};
   std::size_t foreign_bytes = 0;
-  bool foreign_wanted[kNumClasses] = {};  // owner only: the class was refilled since the last overflow
+  // Owner thread only: the thread is growing in the class (foreign_cache.h).
+  bool foreign_wanted[kNumClasses] = {};
   // Strategy levers this heap caches for its per-free paths, read again when the strategy
   // epoch moves (heap_refresh_levers): a switch reaches the heap at its next refill or batch.
   std::size_t batch_bytes = kRemoteBatchBytes;
