@@ -97,11 +97,13 @@ constexpr Option kTable[] = {
     // of their class (threadcache/foreign_cache.h) rather than sent home. It must hold what a
     // thread frees between two runs of allocations: the xmalloc ring frees 4,096 x 64 B plus a
     // 32 KiB record per round, and at 256k it overflowed every round (0.997 of the time without
-    // the cache; 1m 0.736, 4m 0.722, peak RSS 31 -> 13 MiB). Speed keeps 4m (larson 0.964 of
-    // the time without the cache, 1m 1.003). Low-memory keeps 512k: against 256k (9 pairs of
-    // the stress suite in low-memory mode) xmalloc took 0.609 of the time at 0.54x the peak RSS
-    // and larson-classic 0.85x the peak, prodcons 1.05x and realloc 1.03x; 1m held 1.14x and
-    // 1.12x on those two.
+    // the cache; 1m 0.736, 4m 0.722, peak RSS 31 -> 13 MiB; these runs and the next were made
+    // under 8b0aa97's rule for which classes are kept). Low-memory keeps 512k: against 256k (9
+    // pairs of the stress suite in low-memory mode) xmalloc took 0.609 of the time at 0.54x the
+    // peak RSS and larson-classic 0.85x the peak, prodcons 1.05x and realloc 1.03x; 1m held
+    // 1.14x and 1.12x on those two. Speed keeps 4m, more room for the same trade: under the
+    // current rule 1m instead left every stress row's interval containing 1 but churn's (1.009
+    // [1.003, 1.041], 7 pairs).
     {Id::kForeignCacheBytes, "BRISK_FOREIGN_CACHE_BYTES", {4 * MiB, 1 * MiB, 512 * KiB}, 0, std::int64_t{1} << 40},
 };
 constexpr unsigned kOptionCount = static_cast<unsigned>(Id::kCount);
