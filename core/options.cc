@@ -105,6 +105,15 @@ constexpr Option kTable[] = {
     // current rule 1m instead left every stress row's interval containing 1 but churn's (1.009
     // [1.003, 1.041], 7 pairs).
     {Id::kForeignCacheBytes, "BRISK_FOREIGN_CACHE_BYTES", {4 * MiB, 1 * MiB, 512 * KiB}, 0, std::int64_t{1} << 40},
+    // 1: a class is kept in the foreign cache from its first refill on, not only while the thread
+    // grows in it (foreign_cache.h). A block handed out from the cache stays another heap's, so
+    // kept blocks may circulate through the slow paths for as long as the thread runs, in place
+    // of the thread's own spans growing: low-memory's trade. Low-memory with 1 against 0 (9 pairs
+    // of the stress suite, 17:28 UTC): larson-classic 0.57x the peak RSS (45.4 MiB against 76.2)
+    // at 0.948 of the time, prodcons 0.94x, larson 0.93x, realloc 0.95x, xmalloc 0.84x, churn
+    // 1.15x (time 1.039 [0.999, 1.072]); at full scale larson-classic 0.83x the peak at 1.216
+    // [1.133, 1.264]x the time, larson 0.95x at 0.950, churn level.
+    {Id::kForeignCacheAlways, "BRISK_FOREIGN_CACHE_ALWAYS", {0, 0, 1}, 0, 1},
 };
 constexpr unsigned kOptionCount = static_cast<unsigned>(Id::kCount);
 static_assert(sizeof kTable / sizeof kTable[0] == kOptionCount, "one row per option id");

@@ -40,6 +40,7 @@ enum class Id : unsigned {
   kMediumMax,         // BRISK_MEDIUM_MAX: blocks above it (up to kMediumMax) are large blocks, not chunk page runs
   kMediumCacheBytes,  // BRISK_MEDIUM_CACHE_BYTES: page runs of freed medium blocks a thread keeps for its next ones
   kForeignCacheBytes, // BRISK_FOREIGN_CACHE_BYTES: other heaps' freed blocks a thread keeps for its own allocations
+  kForeignCacheAlways, // BRISK_FOREIGN_CACHE_ALWAYS: 1: a class is kept once refilled, not only while the thread grows in it
   kCount
 };
 

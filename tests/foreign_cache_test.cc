@@ -207,6 +207,25 @@ TEST_F(ForeignCache, AFullCacheGoesHomeAndTheClassIsKeptOnlyWhileTheThreadGrowsI
   EXPECT_EQ(after.bytes_in_use, base.bytes_in_use);
 }
 
+// Low-memory mode keeps a class from its first refill on (BRISK_FOREIGN_CACHE_ALWAYS): a thread
+// whose own blocks come back still keeps others' blocks of the class.
+TEST_F(ForeignCache, LowMemoryKeepsAClassAlsoWhenTheThreadsOwnBlocksComeBack) {
+  void* theirs = nullptr;
+  Parked other([&] { theirs = brisk_malloc(kSize); });  // alive: not an orphan
+  Parked freer([&] {
+    brisk_set_strategy(BRISK_STRATEGY_LOW_MEMORY);
+    std::vector<void*> own;  // more blocks than a span holds: a refill, whose levers are low-memory's
+    for (std::uint32_t i = 0; i <= brisk::kClasses[brisk::size_to_class(kSize)].capacity; ++i)
+      own.push_back(brisk_malloc(kSize));
+    EXPECT_TRUE(brisk::t_heap->foreign_always);
+    for (void* p : own) brisk_free(p);  // back to a full span of the class
+    brisk_free(theirs);
+    EXPECT_EQ(brisk::load_shared(brisk::t_heap->foreign_bytes), kSize) << "not kept in low-memory mode";
+    brisk_set_strategy(BRISK_STRATEGY_BALANCED);
+    brisk_thread_collect();
+  });
+}
+
 // A thread that keeps blocks in its cache and then blocks for good (a pool thread waiting for
 // work) must not pin them: the background pass takes an idle heap's cache and sends it home,
 // unless the owner is changing it just then (out_busy), and then a later pass does.

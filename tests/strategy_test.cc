@@ -105,6 +105,7 @@ TEST(Strategy, AHeapRefreshingItsLeversAfterASwitchTakesTheNewStrategysValue) {
   EXPECT_EQ(brisk::t_heap->batch_bytes, static_cast<std::size_t>(balanced));
   EXPECT_EQ(brisk::t_heap->foreign_limit,
             static_cast<std::size_t>(brisk::options::get_for(Id::kForeignCacheBytes, Strategy::kBalanced)));
+  EXPECT_FALSE(brisk::t_heap->foreign_always);
   brisk::options::drop_kept_values();
 }
 
@@ -214,6 +215,7 @@ TEST(Strategy, TheReadmeLeversTableMatchesTheCode) {
       {"BRISK_IDLE_MS", Id::kIdleMs},         {"BRISK_PURGE_ADVICE", Id::kPurgeAdvice},
       {"BRISK_PURGE_SPAN_TAILS", Id::kPurgeSpanTails},  {"BRISK_MEDIUM_MAX", Id::kMediumMax},
       {"BRISK_MEDIUM_CACHE_BYTES", Id::kMediumCacheBytes}, {"BRISK_FOREIGN_CACHE_BYTES", Id::kForeignCacheBytes},
+      {"BRISK_FOREIGN_CACHE_ALWAYS", Id::kForeignCacheAlways},
   };
   std::string line;
   bool in_section = false;

@@ -25,7 +25,9 @@
 //   back sends other threads' blocks home, so none of them circulates in its working set (each
 //   such block's free and allocation take the slow paths): on larson-classic at full scale,
 //   caching whenever the thread had refilled the class kept 8.6M of 15M frees circulating and
-//   took 1.25x the time. A thread that only frees others' blocks (a consumer) caches nothing.
+//   took 1.25x the time. Low-memory mode keeps a class from its first refill on instead
+//   (BRISK_FOREIGN_CACHE_ALWAYS): less memory, more slow-path work. A thread that only frees
+//   others' blocks (a consumer) caches nothing in either.
 // - The cache holds at most BRISK_FOREIGN_CACHE_BYTES (a strategy lever); past it everything
 //   goes home and no class is cached until the thread needs a new span of it again.
 #pragma once

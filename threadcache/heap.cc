@@ -44,6 +44,7 @@ BRISK_NOINLINE void* alloc_refill(Heap* h, unsigned c, std::size_t size) {
     return p;
   }
   heap_refresh_levers(h);
+  if (h->foreign_always) h->foreign_wanted[c] = true;
   if (void* p = foreign_cache_take(h, c)) return p;
   HeapSlowLock lock(h);
   if (!h->incoming.empty()) heap_drain_incoming(h);
@@ -169,6 +170,7 @@ void heap_refresh_levers_slow(Heap* h) {
   h->lever_epoch = options::strategy_epoch();
   h->batch_bytes = static_cast<std::size_t>(options::get_for(options::Id::kRemoteBatchBytes, options::strategy()));
   h->foreign_limit = static_cast<std::size_t>(options::get_for(options::Id::kForeignCacheBytes, options::strategy()));
+  h->foreign_always = options::get_for(options::Id::kForeignCacheAlways, options::strategy()) != 0;
 }
 
 std::size_t heap_give_back_kept_tried(Heap* h) {

@@ -102,6 +102,7 @@ class alignas(BRISK_CACHELINE) Heap {
   // epoch moves (heap_refresh_levers): a switch reaches the heap at its next refill or batch.
   std::size_t batch_bytes = kRemoteBatchBytes;
   std::size_t foreign_limit = 0;  // BRISK_FOREIGN_CACHE_BYTES
+  bool foreign_always = false;    // BRISK_FOREIGN_CACHE_ALWAYS
   std::uint32_t lever_epoch = ~std::uint32_t{0};
   // The slow paths' lock (HeapSlowLock): the owner holds it while it changes its span lists,
   // its installed spans or a span's state outside the fast paths; the background thread takes

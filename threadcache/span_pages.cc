@@ -424,7 +424,7 @@ void free_local_refilled(Span* s, Heap* h) {
   if (s->kind == SpanKind::kSmall && !s->listed && h->installed[s->size_class] != s)
     h->available[s->size_class].push(s);
   // Its own blocks come back: the thread no longer grows in the class (foreign_cache.h).
-  if (s->kind == SpanKind::kSmall) h->foreign_wanted[s->size_class] = false;
+  if (s->kind == SpanKind::kSmall && !h->foreign_always) h->foreign_wanted[s->size_class] = false;
 }
 
 }  // namespace brisk
