@@ -29,7 +29,8 @@
 //   (BRISK_FOREIGN_CACHE_ALWAYS): less memory, more slow-path work. A thread that only frees
 //   others' blocks (a consumer) caches nothing in either.
 // - The cache holds at most BRISK_FOREIGN_CACHE_BYTES (a strategy lever); past it everything
-//   goes home and no class is cached until the thread needs a new span of it again.
+//   goes home and no class is cached until the thread needs a new span of it again (in
+//   low-memory mode, until its next refill of it).
 #pragma once
 
 #include <cstddef>
