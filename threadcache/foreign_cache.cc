@@ -16,20 +16,14 @@ Span* span_of_block(const Block* b) {
   return chunk_of(a)->span_of(a);
 }
 
-// Empties h's cache (under its slow lock) and returns its blocks as one chain, class by class.
-Block* take_all(Heap* h) {
-  Block* all = nullptr;
+// Empties h's cache (under its slow lock): each class's chain into lists[c], nullptr where empty.
+// No block is read: the callers walk each chain once.
+void take_all(Heap* h, Block* (&lists)[kNumClasses]) {
   for (unsigned c = 0; c < kNumClasses; ++c) {
-    Block* first = h->foreign[c];
-    if (first == nullptr) continue;
+    lists[c] = h->foreign[c];
     h->foreign[c] = nullptr;
-    Block* last = first;
-    for (Block* next; (next = chain_next(last)) != nullptr;) last = next;
-    set_link(last, all);
-    all = first;
   }
   store_shared(h->foreign_bytes, std::size_t{0});
-  return all;
 }
 
 // The owner's side of heap_take_outgoing's fence, read with out_busy set: a taker whose mark
@@ -89,38 +83,46 @@ void* foreign_cache_take(Heap* h, unsigned c) {
 }
 
 void foreign_cache_flush(Heap* h) {
-  for (Block* b = take_all(h); b != nullptr;) {
-    Block* next = chain_next(b);
-    Span* s = span_of_block(b);
-    Heap* owner = s->owner.load(std::memory_order_acquire);
-    if (owner == h) {  // h adopted the span (an orphan) since the block was cached
-      auto a = reinterpret_cast<std::uintptr_t>(b);
-      free_to_own_span(h, s, b, free_code(a));
-    } else {
-      outgoing_add(h, owner, b, s->block_size);
+  Block* lists[kNumClasses];
+  take_all(h, lists);
+  for (Block* b : lists) {
+    while (b != nullptr) {
+      Block* next = chain_next(b);
+      Span* s = span_of_block(b);
+      Heap* owner = s->owner.load(std::memory_order_acquire);
+      if (owner == h) {  // h adopted the span (an orphan) since the block was cached
+        auto a = reinterpret_cast<std::uintptr_t>(b);
+        free_to_own_span(h, s, b, free_code(a));
+      } else {
+        outgoing_add(h, owner, b, s->block_size);
+      }
+      b = next;
     }
-    b = next;
   }
 }
 
 std::size_t foreign_cache_send(Heap* h) {
   std::size_t sent = 0;
-  Block* b = take_all(h);
-  // Runs of blocks with one owner go as one chain (they are linked already).
-  while (b != nullptr) {
-    Heap* owner = span_of_block(b)->owner.load(std::memory_order_acquire);
-    Block* last = b;
-    std::size_t bytes = span_of_block(b)->block_size;
-    Block* next;
-    for (; (next = chain_next(last)) != nullptr; last = next) {
-      Span* s = span_of_block(next);
-      if (s->owner.load(std::memory_order_acquire) != owner) break;
-      bytes += s->block_size;
+  Block* lists[kNumClasses];
+  take_all(h, lists);
+  for (Block* b : lists) {
+    // Runs of blocks with one owner go as one chain (they are linked already).
+    while (b != nullptr) {
+      Span* s = span_of_block(b);
+      Heap* owner = s->owner.load(std::memory_order_acquire);
+      std::size_t bytes = s->block_size;
+      Block* last = b;
+      Block* next;
+      for (; (next = chain_next(last)) != nullptr; last = next) {
+        Span* t = span_of_block(next);
+        if (t->owner.load(std::memory_order_acquire) != owner) break;
+        bytes += t->block_size;
+      }
+      set_link(last, nullptr);
+      send_chain(owner, b, last, bytes);
+      sent += bytes;
+      b = next;
     }
-    set_link(last, nullptr);
-    send_chain(owner, b, last, bytes);
-    sent += bytes;
-    b = next;
   }
   return sent;
 }
