@@ -193,6 +193,14 @@ void link_live(DebugHeap* d, Header* h) {
   if (d->live != nullptr) d->live->prev = h;
   d->live = h;
 }
+// The owner's new block h (header and check word written) to d's ring of blocks made; when
+// the ring is full, its blocks are linked first, under the lock.
+void add_made(DebugHeap* d, Header* h) {
+  const std::uint32_t tail = d->made_tail.load(std::memory_order_relaxed);
+  if (tail - d->made_head.load(std::memory_order_acquire) == DebugHeap::kMadeBatch) LiveLock g(d);
+  d->made[tail % DebugHeap::kMadeBatch] = h;
+  d->made_tail.store(tail + 1, std::memory_order_release);
+}
 void unlink_live(DebugHeap* d, Header* h) {
   BRISK_ASSERT(d->live_lock.is_locked());
   if (h->prev != nullptr) h->prev->next = h->next;
@@ -382,7 +390,7 @@ void leave_quarantine(Header* h) {
   if (d == nullptr) return header_damaged(h);
   Snapshot s;
   {
-    LockGuard g(d->live_lock);
+    LiveLock g(d);
     take_snapshot(&s, problem, h, &damage);
     h->state = State::kKept;  // never reused
     seal(h);
@@ -422,6 +430,15 @@ const char* kind_mismatch(Kind allocated, Kind freed) {
 }
 
 }  // namespace
+
+void link_made(DebugHeap* d) {
+  BRISK_ASSERT(d->live_lock.is_locked());
+  std::uint32_t head = d->made_head.load(std::memory_order_relaxed);
+  const std::uint32_t tail = d->made_tail.load(std::memory_order_acquire);
+  if (head == tail) return;
+  for (; head != tail; ++head) link_live(d, d->made[head % DebugHeap::kMadeBatch]);
+  d->made_head.store(head, std::memory_order_release);
+}
 
 void init() {
   if (g_init_state.load(std::memory_order_acquire) == 2) return;
@@ -511,11 +528,8 @@ void* allocate(std::size_t size, std::size_t alignment, Kind kind, bool zero) {
     if (!zero) fill_user(h, kAllocByte, copied);
     else if (total <= kMediumMax) std::memset(user_of(h), 0, size);  // large_alloc zeroed the rest
     std::memset(user_of(h) + size, kGuardByte, kGuardBytes);
-    {
-      LockGuard g(d->live_lock);
-      link_live(d, h);
-      store_check(h, kMagic ^ a);
-    }
+    store_check(h, kMagic ^ a);
+    add_made(d, h);
     return user_of(h);
   });
   if (user == nullptr) errno = ENOMEM;
@@ -611,7 +625,7 @@ bool release(void* p, Kind kind, std::size_t sized) {
   QuarantinedBlock out[DebugHeap::kFreedBatch + 1];  // d's batch, taken out, then h unless batched
   std::size_t n = 0;
   {
-    LockGuard g(d->live_lock);
+    LiveLock g(d);
     FillDamage damage;
     if (h->state != State::kLive) {
       keep = true;
@@ -656,7 +670,7 @@ ReallocCheck check_before_realloc(void* p, std::size_t* user_size) {
   Snapshot s;
   bool live = false;
   {
-    LockGuard g(d->live_lock);
+    LiveLock g(d);
     FillDamage damage;
     if (h->state != State::kLive) {
       take_snapshot(&s, "realloc of a freed block", h, nullptr);
@@ -684,7 +698,7 @@ void realloc_done(void* p, bool moved) {
   if (moved) return enter_quarantine(h);
   // No new block: p stays the program's, live again.
   DebugHeap* d = heap_of(h);
-  LockGuard g(d->live_lock);
+  LiveLock g(d);
   h->free_thread = 0;
   h->free_stack = kNoStack;
   link_live(d, h);
@@ -703,7 +717,7 @@ int check_block(const void* p) {
   }
   Snapshot s;
   {
-    LockGuard g(d->live_lock);
+    LiveLock g(d);
     FillDamage damage;
     if (h->state == State::kLive) {
       if (const char* problem = damage_of(h, &damage)) take_snapshot(&s, problem, h, &damage);
@@ -734,7 +748,7 @@ int check_heap() {
   };
   for (DebugHeap* d = first_debug_heap(); d != nullptr; d = d->registry_next) {
     {
-      LockGuard g(d->live_lock);
+      LiveLock g(d);
       for (Header* h = d->live; h != nullptr; h = h->next) {
         FillDamage damage;
         if (const char* problem = damage_of(h, &damage)) {

@@ -4,6 +4,7 @@
 // the fork handlers walk, and gives an underlying block back to the debug heap that owns it.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 #include "core/lock.h"
@@ -24,6 +25,18 @@ struct DebugHeap : Heap {
   // another thread frees or checks this thread's blocks at that moment.
   SpinLock live_lock;
   Header* live = nullptr;
+  // Blocks the owner made since live_lock was last taken, oldest first, not yet on the live
+  // list: the owner adds each without a lock (add_made), and whoever takes live_lock next
+  // (LiveLock) links them first, so under the lock the list holds every live block. An owner
+  // that allocates and frees its blocks takes the lock once per pair, not twice (the lock's
+  // exchange was 60% of debug allocate's samples on sh6bench). A single-producer ring: slots
+  // written by the owner, published by made_tail's release store; consumed under live_lock,
+  // handed back by made_head's. A block can change state only under the lock, so only after
+  // it is linked: a pointer in the ring always names a live block.
+  static constexpr unsigned kMadeBatch = 32;
+  Header* made[kMadeBatch];
+  std::atomic<std::uint32_t> made_tail{0};  // stored by the owner only
+  std::atomic<std::uint32_t> made_head{0};  // stored under live_lock only
   std::uint64_t sequence = 0;          // blocks made so far (the owner's, like the spans)
   // Freed blocks of this heap on their way to the quarantine, oldest first, under live_lock:
   // a free of a small block fills it and adds it here under the one lock it takes anyway, and
@@ -39,6 +52,24 @@ struct DebugHeap : Heap {
   WalkMemo walks[3];
   bool capturing = false;  // block.cc's capture is running on this heap's thread
   DebugHeap* registry_next = nullptr;  // the next older debug heap; set before publication
+};
+
+// Puts the blocks d's owner made since the last call on d's live list (live_lock held).
+void link_made(DebugHeap* d);
+
+// d->live_lock, held for its scope, with every block made before it on the live list.
+class LiveLock {
+ public:
+  explicit LiveLock(DebugHeap* d) : d_(d) {
+    d->live_lock.lock();
+    link_made(d);
+  }
+  ~LiveLock() { d_->live_lock.unlock(); }
+  LiveLock(const LiveLock&) = delete;
+  LiveLock& operator=(const LiveLock&) = delete;
+
+ private:
+  DebugHeap* d_;
 };
 
 // The debug heap paired with h, an attached thread heap that the calling thread uses (its own,

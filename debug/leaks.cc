@@ -33,7 +33,7 @@ int report_leaks() {
   int groups = 0;
   std::size_t ungrouped = 0, ungrouped_bytes = 0;
   for (DebugHeap* d = first_debug_heap(); d != nullptr; d = d->registry_next) {
-    LockGuard g(d->live_lock);
+    LiveLock g(d);
     for (Header* h = d->live; h != nullptr; h = h->next) {
       int i = 0;
       while (i < groups && g_leak_groups[i].stack != h->alloc_stack) ++i;

@@ -22,6 +22,7 @@
 #include "core/options.h"
 #include "debug/block.h"
 #include "debug/block_layout.h"
+#include "debug/debug_heap.h"
 #include "threadcache/heap.h"
 #include "tests/test_util.h"
 
@@ -250,6 +251,36 @@ TEST_F(DebugMode, CheckHeapCountsDamagedLiveBlocks) {
   brisk_free(a);
   brisk_free(b);
   EXPECT_EQ(ReportCount(), 2) << Reports();
+}
+
+// A debug heap's owner adds its new blocks to the live list without the lock, through a ring
+// that whoever takes the lock next links (DebugHeap::made): blocks still in the ring, and
+// blocks the ring spilled into the list when it filled, are all seen by brisk_check_heap and
+// by another thread's frees, and a double free of either kind is named.
+TEST_F(DebugMode, BlocksAnotherThreadJustMadeAreCheckedAndFreedAcrossThreads) {
+  constexpr int kBlocks = 3 * brisk::debug::DebugHeap::kMadeBatch + 5;
+  std::vector<char*> blocks(kBlocks);
+  std::thread maker([&blocks] {
+    for (char*& b : blocks) b = static_cast<char*>(brisk_malloc(48));
+  });
+  maker.join();
+  for (char* b : blocks) ASSERT_EQ(brisk_usable_size(b), 48u);
+  EXPECT_EQ(brisk_check_heap(), 0) << Reports();
+  // The first block went to the list when the ring filled; the last is still in the ring.
+  blocks.front()[48] = 0;
+  blocks.back()[48] = 0;
+  EXPECT_EQ(brisk_check_heap(), 2) << Reports();
+  blocks.front()[48] = static_cast<char>(brisk::debug::kGuardByte);
+  blocks.back()[48] = static_cast<char>(brisk::debug::kGuardByte);
+  EXPECT_EQ(brisk_check_heap(), 0) << Reports();
+  EXPECT_EQ(ReportCount(), 2) << Reports();
+  for (char* b : blocks) brisk_free(b);
+  EXPECT_EQ(ReportCount(), 2) << Reports();
+  brisk_free(blocks.back());
+  brisk_free(blocks.front());
+  EXPECT_EQ(ReportCount(), 4) << Reports();
+  EXPECT_NE(Reports().find("double free"), std::string::npos) << Reports();
+  EXPECT_EQ(brisk_check_heap(), 0) << Reports();
 }
 
 // Each block waits in the quarantine (ctest runs this test with 64 MiB: 8 MiB a shard).
