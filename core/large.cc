@@ -187,9 +187,13 @@ CacheEntry piece_of(const CacheEntry& e, char* from, std::size_t size) {
   return CacheEntry{from, size, dirty, e.freed_ms};
 }
 
-// A cached mapping for `need` bytes at a region boundary, nullptr if none fits. The smallest
-// entry that fits wins (at equal size a dirty one, whose pages are there, unless the caller
-// wants zeros). The block is carved out of it exactly, at its first region boundary; what lies
+// A cached mapping for `need` bytes at a region boundary, nullptr if none fits. Among the
+// entries that fit, a dirty one (whose pages may be there) wins over a clean one, unless the
+// caller wants zeros, and then the smallest: a clean entry's pages fault in again one by one,
+// while a dirty one's are resident until a decay decommits them, so taking the dirty one saves
+// the faults and leaves less resident memory waiting in the cache. (Smallest fit alone took a
+// slightly smaller clean entry over a larger dirty one: large-replace at full scale ran in
+// 0.795 [0.670, 0.918] of that time with this rule, at the same peak.) The block is carved out of it exactly, at its first region boundary; what lies
 // before and after stays cached, so no tail is unmapped and no address space is rounded away
 // (both pieces merge back when the block is freed). *size: the bytes handed out (more than need
 // only when the cache has no slot left for the piece after); *clean: they read as zeros but
@@ -202,9 +206,13 @@ char* cache_take(std::size_t need, bool zero, std::size_t* size, bool* clean) {
     const CacheEntry& e = g_cache[i];
     char* start = reinterpret_cast<char*>(round_up(reinterpret_cast<std::uintptr_t>(e.base), kChunkSize));
     if (start + need > e.base + e.size || start + need < start) continue;
-    if (best < 0 || e.size < g_cache[best].size ||
-        (e.size == g_cache[best].size && (e.dirty == 0) == zero && (g_cache[best].dirty == 0) != zero))
+    if (best < 0) {
       best = static_cast<int>(i);
+      continue;
+    }
+    const CacheEntry& b = g_cache[best];
+    const bool e_wanted = (e.dirty == 0) == zero, b_wanted = (b.dirty == 0) == zero;
+    if (e_wanted != b_wanted ? e_wanted : e.size < b.size) best = static_cast<int>(i);
   }
   if (best < 0) return nullptr;
   // The pieces need no merging: e was merged with every cached neighbour when it was inserted,

@@ -187,6 +187,38 @@ TEST_F(LargeCacheDecay, MergedNeighboursServeABiggerRequestAndCallocReadsZeros) 
   brisk_free(whole);
 }
 
+// A request that fits a resident (dirty) cached mapping and a smaller decommitted (clean) one
+// takes the resident one, whose pages need no fault; calloc, which wants zeros, takes the
+// clean one.
+TEST_F(LargeCacheDecay, ARequestTakesAResidentCachedMappingOverASmallerCleanOne) {
+  constexpr std::size_t kClean = 16 << 20, kDirty = 32 << 20, kRequest = 8 << 20;
+  auto* clean = static_cast<char*>(brisk_malloc(kClean));
+  ASSERT_NE(clean, nullptr);
+  // Kept live between the two, so that the two cached mappings cannot be neighbours and merge.
+  void* separator = brisk_malloc(kRequest);
+  ASSERT_NE(separator, nullptr);
+  std::memset(clean, 0x5A, kClean);
+  brisk_free(clean);
+  g_fake_now += Delay();
+  large_cache_decay(g_fake_now);
+  ASSERT_LE(ResidentOf(clean, kClean), kOsPageSize) << "decommitted as it aged";
+  char* dirty = FreeATouchedBlock(kDirty);
+  ASSERT_NE(dirty, nullptr);
+  auto* p = static_cast<char*>(brisk_malloc(kRequest));
+  ASSERT_NE(p, nullptr);
+  EXPECT_TRUE(p >= dirty - kOsPageSize && p + kRequest <= dirty + kDirty) << "carved from the resident mapping";
+  EXPECT_EQ(ResidentOf(p, kRequest), kRequest) << "its pages are there without a fault";
+  auto* z = static_cast<unsigned char*>(brisk_calloc(1, kRequest));
+  ASSERT_NE(z, nullptr);
+  EXPECT_TRUE(reinterpret_cast<char*>(z) >= clean - kOsPageSize &&
+              reinterpret_cast<char*>(z) + kRequest <= clean + kClean)
+      << "calloc takes the clean mapping";
+  EXPECT_EQ(brisk_test::FirstNonZero(z, kRequest), SIZE_MAX);
+  brisk_free(z);
+  brisk_free(p);
+  brisk_free(separator);
+}
+
 // Run with small budgets (tests/components.cmake: large_budget_test): freed blocks beyond them
 // evict the oldest, so the cache never holds more than its budgets and keeps the newest.
 TEST(LargeCacheBudget, TheBudgetsHoldAndTheOldestGoFirst) {
