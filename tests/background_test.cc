@@ -213,7 +213,7 @@ struct IdleWorkerWithQueuedFrees {
 TEST_F(Background, FreesQueuedToAnIdleThreadAreReclaimed) {
   Passes(3, 1000);
   IdleWorkerWithQueuedFrees idle;
-  std::size_t resident = ResidentBytes();
+  [[maybe_unused]] std::size_t resident = ResidentBytes();
   // One pass notices the worker idle, the next reclaims its queue, two more purge the pages.
   Passes(4, 1000);
 #ifndef BRISK_TEST_SANITIZED
