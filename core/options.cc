@@ -6,6 +6,8 @@
 #include "core/platform.h"
 
 namespace brisk::options {
+constinit std::atomic<std::uint32_t> g_epoch{0};
+
 namespace {
 
 struct Option {
@@ -144,7 +146,6 @@ constinit std::atomic<std::int64_t> g_env[kOptionCount] = {};
 
 constexpr int kStrategyUnread = -1;
 std::atomic<int> g_strategy{kStrategyUnread};
-std::atomic<std::uint32_t> g_epoch{0};
 
 void complain(const char* what, const char* name) {
   platform::write_stderr(what, __builtin_strlen(what));
@@ -231,8 +232,6 @@ void drop_kept_values() {
   // bump in the C++ memory model.
   for (auto& v : g_value) v.exchange(kUnresolved, std::memory_order_acq_rel);
 }
-
-std::uint32_t strategy_epoch() { return g_epoch.load(std::memory_order_acquire); }
 
 std::int64_t get_for(Id id, Strategy s) {
   auto i = static_cast<unsigned>(id);
