@@ -191,13 +191,12 @@ CacheEntry piece_of(const CacheEntry& e, char* from, std::size_t size) {
 // entries that fit, a dirty one (whose pages may be there) wins over a clean one, unless the
 // caller wants zeros, and then the smallest: a clean entry's pages fault in again one by one,
 // while a dirty one's are resident until a decay decommits them, so taking the dirty one saves
-// the faults and leaves less resident memory waiting in the cache. (Smallest fit alone took a
-// slightly smaller clean entry over a larger dirty one: large-replace at full scale ran in
-// 0.795 [0.670, 0.918] of that time with this rule, at the same peak.) The block is carved out of it exactly, at its first region boundary; what lies
-// before and after stays cached, so no tail is unmapped and no address space is rounded away
-// (both pieces merge back when the block is freed). *size: the bytes handed out (more than need
-// only when the cache has no slot left for the piece after); *clean: they read as zeros but
-// for their first page.
+// the faults and leaves less resident memory waiting in the cache (README "What each mode
+// costs and saves" has the numbers). The block is carved out of it exactly, at its first
+// region boundary; what lies before and after stays cached, so no tail is unmapped and no
+// address space is rounded away (both pieces merge back when the block is freed). *size: the
+// bytes handed out (more than need only when the cache has no slot left for the piece after);
+// *clean: they read as zeros but for their first page.
 char* cache_take(std::size_t need, bool zero, std::size_t* size, bool* clean) {
   if (g_cache_entries.load(std::memory_order_relaxed) == 0) return nullptr;
   LockGuard g(g_lock);
