@@ -105,9 +105,18 @@ struct alignas(BRISK_CACHELINE) Span {
   bool is_carved_block(std::uintptr_t offset) const {
     return std::rotr(offset * inverse, shift) < carved_blocks;
   }
-  // The same test against every block the span has room for, carved or not (slow paths).
+  // The same test against every block the span has room for, carved or not (slow paths:
+  // free_slow's checked_block on every remote free). The quotient m, times block_size, is the
+  // offset itself when offset is a block boundary, and overflows otherwise (m above 2^64 /
+  // block_size, as above), so "m below the span's block count" is "m * block_size, without
+  // overflow, below span_bytes" (span_bytes is a multiple of block_size), with no division (a
+  // 32-bit div was 36% of checked_block's samples on xmalloc). A medium span: m is the offset,
+  // m * block_size < span_bytes = block_size only for offset 0.
   bool is_block_start(std::uintptr_t offset) const {
-    return block_size != 0 && std::rotr(offset * inverse, shift) < span_bytes / block_size;
+    std::uint64_t end;
+    return block_size != 0 &&
+           !__builtin_mul_overflow(std::rotr(offset * inverse, shift), std::uint64_t{block_size}, &end) &&
+           end < span_bytes;
   }
 };
 
