@@ -35,7 +35,6 @@ __thread std::size_t t_copied_prefix __attribute__((tls_model("initial-exec"))) 
 StackDepot g_depot;
 std::atomic<int> g_init_state{0};
 
-
 namespace {
 
 constexpr std::uint64_t kMagic = 0x6272697365646267ull;
@@ -184,29 +183,6 @@ DebugHeap* heap_of(const Header* h) {
   for (DebugHeap* d = first_debug_heap(); d != nullptr; d = d->registry_next)
     if (d == h->heap) return d;
   return nullptr;
-}
-
-void link_live(DebugHeap* d, Header* h) {
-  BRISK_ASSERT(d->live_lock.is_locked());
-  h->prev = nullptr;
-  h->next = d->live;
-  if (d->live != nullptr) d->live->prev = h;
-  d->live = h;
-}
-// The owner's new block h (header and check word written) to d's ring of blocks made; when
-// the ring is full, its blocks are linked first, under the lock.
-void add_made(DebugHeap* d, Header* h) {
-  const std::uint32_t tail = d->made_tail.load(std::memory_order_relaxed);
-  if (tail - d->made_head.load(std::memory_order_acquire) == DebugHeap::kMadeBatch) LiveLock g(d);
-  d->made[tail % DebugHeap::kMadeBatch] = h;
-  d->made_tail.store(tail + 1, std::memory_order_release);
-}
-void unlink_live(DebugHeap* d, Header* h) {
-  BRISK_ASSERT(d->live_lock.is_locked());
-  if (h->prev != nullptr) h->prev->next = h->next;
-  else d->live = h->next;
-  if (h->next != nullptr) h->next->prev = h->prev;
-  h->prev = h->next = nullptr;
 }
 
 // What is wrong with a live block's own bytes (header, guard, canary), or nullptr.
@@ -430,15 +406,6 @@ const char* kind_mismatch(Kind allocated, Kind freed) {
 }
 
 }  // namespace
-
-void link_made(DebugHeap* d) {
-  BRISK_ASSERT(d->live_lock.is_locked());
-  std::uint32_t head = d->made_head.load(std::memory_order_relaxed);
-  const std::uint32_t tail = d->made_tail.load(std::memory_order_acquire);
-  if (head == tail) return;
-  for (; head != tail; ++head) link_live(d, d->made[head % DebugHeap::kMadeBatch]);
-  d->made_head.store(head, std::memory_order_release);
-}
 
 void init() {
   if (g_init_state.load(std::memory_order_acquire) == 2) return;
@@ -785,7 +752,6 @@ int check_heap() {
   flush();
   return damaged + visit.damaged;
 }
-
 
 namespace {
 

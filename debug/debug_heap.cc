@@ -6,6 +6,7 @@
 
 #include "core/chunk.h"
 #include "core/platform.h"
+#include "debug/block_layout.h"
 #include "threadcache/remote_free.h"
 
 namespace brisk::debug {
@@ -71,6 +72,38 @@ void free_in_debug_heap(char* u) {
   } else {
     send_chain(owner, b, b, s->block_size);
   }
+}
+
+void link_live(DebugHeap* d, Header* h) {
+  BRISK_ASSERT(d->live_lock.is_locked());
+  h->prev = nullptr;
+  h->next = d->live;
+  if (d->live != nullptr) d->live->prev = h;
+  d->live = h;
+}
+
+void add_made(DebugHeap* d, Header* h) {
+  const std::uint32_t tail = d->made_tail.load(std::memory_order_relaxed);
+  if (tail - d->made_head.load(std::memory_order_acquire) == DebugHeap::kMadeBatch) LiveLock g(d);
+  d->made[tail % DebugHeap::kMadeBatch] = h;
+  d->made_tail.store(tail + 1, std::memory_order_release);
+}
+
+void unlink_live(DebugHeap* d, Header* h) {
+  BRISK_ASSERT(d->live_lock.is_locked());
+  if (h->prev != nullptr) h->prev->next = h->next;
+  else d->live = h->next;
+  if (h->next != nullptr) h->next->prev = h->prev;
+  h->prev = h->next = nullptr;
+}
+
+void link_made(DebugHeap* d) {
+  BRISK_ASSERT(d->live_lock.is_locked());
+  std::uint32_t head = d->made_head.load(std::memory_order_relaxed);
+  const std::uint32_t tail = d->made_tail.load(std::memory_order_acquire);
+  if (head == tail) return;
+  for (; head != tail; ++head) link_live(d, d->made[head % DebugHeap::kMadeBatch]);
+  d->made_head.store(head, std::memory_order_release);
 }
 
 void heaps_lock_all() {

@@ -1,7 +1,8 @@
 // Debug heaps: one per thread that makes debug blocks, paired with its thread heap. Why they
 // are heaps of their own and how they outlive their thread: threadcache/debug_switch.h. This
 // file makes them, keeps every one in a registry that brisk_check_heap, the leak report and
-// the fork handlers walk, and gives an underlying block back to the debug heap that owns it.
+// the fork handlers walk, keeps each one's list of live blocks (with the ring of blocks its
+// owner just made), and gives an underlying block back to the debug heap that owns it.
 #pragma once
 
 #include <atomic>
@@ -54,6 +55,12 @@ struct DebugHeap : Heap {
   DebugHeap* registry_next = nullptr;  // the next older debug heap; set before publication
 };
 
+// The live list, under d->live_lock: h at its head, or out of it.
+void link_live(DebugHeap* d, Header* h);
+void unlink_live(DebugHeap* d, Header* h);
+// d's owner: its new block h (header and check word written) into d's ring of blocks made;
+// when the ring is full, its blocks are linked first, under the lock. No lock otherwise.
+void add_made(DebugHeap* d, Header* h);
 // Puts the blocks d's owner made since the last call on d's live list (live_lock held).
 void link_made(DebugHeap* d);
 
