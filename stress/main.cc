@@ -52,7 +52,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: brisk-stress [WORKLOAD...] [--threads N] [--scale PCT] [--duration S] [--seed S] "
-    "[--json FILE] [--rows R] [--smoke]\n";
+    "[--json FILE] [--rows R] [--pool P] [--smoke]\n";
 
 #ifndef BRISK_VERSION_STRING
 #define BRISK_VERSION_STRING "unknown"
@@ -76,6 +76,8 @@ void print_help() {
   std::puts("  --seed S       seed of the random sizes and orders (default 1; printed at the end)");
   std::puts("  --json FILE    also write the table and the run's settings as JSON to FILE");
   std::puts("  --rows R       workloads with a 1-thread and a parallel row: single, parallel or both");
+  std::puts("  --pool P       MMtest's parallel rows on tbb (a parallel_for, default) or threads (each of");
+  std::puts("                 the 10 iterations on a new std::thread, whose cache starts empty)");
   std::puts("  --smoke        every workload at a tiny count, for ctest");
   std::puts("  --version      print brisk-stress's version");
   std::puts("  --help, -h     this text");
@@ -157,7 +159,7 @@ Options parse(int argc, char** argv) {
       value = arg.substr(eq + 1);
       arg.resize(eq);
     } else if (arg == "--threads" || arg == "--scale" || arg == "--duration" || arg == "--seed" ||
-               arg == "--json" || arg == "--rows") {
+               arg == "--json" || arg == "--rows" || arg == "--pool") {
       if (i + 1 >= argc) usage_error(arg + " needs a value");
       value = argv[++i];
     }
@@ -188,6 +190,10 @@ Options parse(int argc, char** argv) {
         usage_error("--rows wants single, parallel or both, not '" + value + "'");
       options.single_row = value != "parallel";
       options.parallel_row = value != "single";
+    } else if (arg == "--pool") {
+      if (value != "tbb" && value != "threads")
+        usage_error("--pool wants tbb or threads, not '" + value + "'");
+      options.plain_threads = value == "threads";
     } else {
       usage_error("unknown option '" + arg + "'");
     }

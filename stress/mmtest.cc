@@ -10,6 +10,7 @@
 // Here GetMemory/ReallocMemory/FreeMemory are malloc/realloc/free and the parallel for is a
 // 10-way tbb::parallel_for in a task_arena of --threads threads. Unlike the original, every
 // block carries a verified pattern (pattern.h); that work is the same for every allocator.
+// --pool threads runs the 10 iterations on 10 new std::threads instead (run_both).
 // The *-raw workloads run the tests as written, touching no block (below).
 #include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/partitioner.h>
@@ -20,6 +21,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "stress/parallel.h"
 #include "stress/pattern.h"
 #include "stress/suite.h"
 
@@ -195,6 +197,17 @@ void run_both(Context& ctx, const char* name, std::uint64_t units_per_run,
   }
   if (!ctx.options.parallel_row) return;
 
+  if (ctx.options.plain_threads) {
+    // As the article's runs on plain threads: each iteration on a thread of its own, all 10 at
+    // once, each thread's heap empty at its start and detached at its exit.
+    ctx.progress.begin(std::string(name) + " x" + std::to_string(kParallelIterations) + " threads",
+                       units_per_run * kParallelIterations);
+    ctx.recorder.measure(name, kParallelIterations, [&] {
+      return run_on_threads(kParallelIterations, [&](std::uint32_t t) { return test(t + 1); });
+    });
+    ctx.progress.end();
+    return;
+  }
   const int threads = ctx.threads();
   tbb::task_arena arena(threads);
   ctx.progress.begin(std::string(name) + " x" + std::to_string(threads),

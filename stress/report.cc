@@ -82,8 +82,8 @@ bool write_json(const std::string& path, const Options& options, const std::vect
   if (f == nullptr) return false;
   std::fprintf(f, "{\n  \"seed\": %" PRIu64 ",\n  \"scale_pct\": %g,\n  \"threads\": %d,\n",
                options.seed, options.scale_pct, options.threads);
-  std::fprintf(f, "  \"duration_s\": %g,\n  \"smoke\": %s,\n", options.duration_s,
-               options.smoke ? "true" : "false");
+  std::fprintf(f, "  \"duration_s\": %g,\n  \"smoke\": %s,\n  \"pool\": \"%s\",\n", options.duration_s,
+               options.smoke ? "true" : "false", options.plain_threads ? "threads" : "tbb");
   std::fprintf(f, "  \"rows\": [");
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const Row& row = rows[i];

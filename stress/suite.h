@@ -27,6 +27,10 @@ struct Options {
   // single or parallel keeps only that one, so that brisk-compare can pair each on its own.
   bool single_row = true;
   bool parallel_row = true;
+  // MMtest's parallel rows: false runs the 10 iterations as tasks of a tbb::parallel_for on
+  // reusable workers; true gives each iteration a new std::thread that exits after it, so every
+  // iteration starts with an empty thread cache (--pool threads: the article's plain threads).
+  bool plain_threads = false;
 };
 
 // brisk's counts for one of its locked structures (brisk_get_lock_stats) over a row's measured

@@ -35,7 +35,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: brisk-compare [--pairs N] [--warmup N] [--alloc NAME]... [--baseline LABEL] [--json FILE]\n"
     "                     [--svg FILE] [--brisk-lib PATH] [--stress PATH] [--env NAME=VALUE]... [--echo]\n"
-    "                     (--suite mmtest|mmtest-rows|stress [--scale PCT] | -- COMMAND [ARGS...])\n"
+    "                     (--suite mmtest|mmtest-rows|mmtest-threads|stress [--scale PCT] | -- COMMAND [ARGS...])\n"
     "Runs the workload under each allocator, preloaded, in alternating pairs, and reports each one's\n"
     "median time ratio to the baseline with a 95% bootstrap interval (bench/README.md).\n"
     "\n"
@@ -58,7 +58,8 @@ constexpr const char* kUsage =
     "                     larson, churn, realloc, cache-thrash, cache-scratch, large-replace,\n"
     "                     larson-classic, xmalloc, alloc-test, sh6bench, mstress), one row per workload;\n"
     "                     mmtest-rows: MMtest's 1-thread and 10-way runs of small, medium, large\n"
-    "                     and strings as rows of their own\n"
+    "                     and strings as rows of their own; mmtest-threads: MMtest's 10-way runs, verified\n"
+    "                     and as written, on 10 new threads each (brisk-stress --pool threads)\n"
     "  --scale PCT        with --suite: the workloads' --scale instead of each one's default\n"
     "  -- COMMAND ARGS    any program to time instead of a suite\n"
     "  --version          print brisk-compare's version\n";
@@ -74,6 +75,7 @@ struct SuiteWorkload {
   double scale;  // percent of the full workload, passed as --scale
   const char* rows = nullptr;   // brisk-stress --rows (single or parallel), or the whole workload
   const char* label = nullptr;  // the row's name when it is not the workload's
+  const char* pool = nullptr;   // brisk-stress --pool (threads: MMtest's 10-way rows on new threads)
 };
 
 struct Suite {
@@ -95,6 +97,16 @@ const std::vector<Suite>& suites() {
                        {"medium", 1, "single", "medium x1"}, {"medium", 0.1, "parallel", "medium x10"},
                        {"large", 1, "single", "large x1"}, {"large", 0.1, "parallel", "large x10"},
                        {"strings", 1000, "single", "strings x1"}, {"strings", 100, "parallel", "strings x10"}}},
+      // MMtest's 10-way halves on 10 new std::threads (`--pool threads`), as the article ran them:
+      // every thread's cache starts empty and is given back at its exit.
+      {"mmtest-threads", {{"small", 50, "parallel", "small threads", "threads"},
+                          {"medium", 0.1, "parallel", "medium threads", "threads"},
+                          {"large", 0.1, "parallel", "large threads", "threads"},
+                          {"strings", 100, "parallel", "strings threads", "threads"},
+                          {"small-raw", 50, "parallel", "small-raw threads", "threads"},
+                          {"medium-raw", 0.1, "parallel", "medium-raw threads", "threads"},
+                          {"large-raw", 1, "parallel", "large-raw threads", "threads"},
+                          {"strings-raw", 100, "parallel", "strings-raw threads", "threads"}}},
       // prodcons, larson and realloc at 10% take about 1 s, churn at 5% about 2 s.
       // cache-thrash and cache-scratch at 100% take about 0.1 s each; large-replace at 1%
       // about 2-3 s, most of it the first touch of each thread's blocks. The classic benchmarks
@@ -250,7 +262,7 @@ int run(int argc, char** argv) {
     for (const Suite& s : suites()) {
       if (suite_name == s.name) suite = &s;
     }
-    if (suite == nullptr) usage_error("unknown suite " + suite_name + " (expected mmtest, mmtest-rows or stress)");
+    if (suite == nullptr) usage_error("unknown suite " + suite_name + " (expected mmtest, mmtest-rows, mmtest-threads or stress)");
     if (!pairs_set) plan.pairs = 7;
     if (!warmup_set) plan.warmup = 1;
     stress_path = first_existing({stress_path});
@@ -264,6 +276,7 @@ int run(int argc, char** argv) {
       std::snprintf(text, sizeof text, "%g", scale > 0 ? scale : workload.scale);
       std::vector<std::string> argv = {stress_path, workload.name, "--scale", text};
       if (workload.rows != nullptr) argv.insert(argv.end(), {"--rows", workload.rows});
+      if (workload.pool != nullptr) argv.insert(argv.end(), {"--pool", workload.pool});
       const char* label = workload.label != nullptr ? workload.label : workload.name;
       plan.workloads.push_back({label, argv});
       scales += std::string(scales.empty() ? "" : ", ") + label + " " + text + "%";
