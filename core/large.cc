@@ -114,6 +114,22 @@ bool room_for(const CacheEntry& e) {
          g_dirty_bytes + e.dirty + 2 * kOsPageSize <= option_bytes(options::Id::kLargeDirtyBytes);
 }
 
+// The age of two neighbouring entries merged: the mean of their ages weighted by their dirty
+// bytes (the newer one's when neither is dirty). Not the older age: on a replacement loop the
+// blocks are carved side by side and merge back when freed, so one entry holds the whole loop,
+// and as old as its oldest bytes it was decommitted at every decay while most of its pages had
+// been in use a moment before (a loop like mimalloc-bench's malloc-large, twenty 5-25 MiB
+// zeroed buffers replaced 2,000 times: 298k page faults in balanced mode against 147k with no
+// decay, tcmalloc 185k). Idle memory still goes back: the mean is no newer than the last free
+// into the entry, so an entry nobody frees into decays at most the delay after that free.
+std::uint64_t merged_age(const CacheEntry& a, const CacheEntry& b) {
+  if (a.dirty == 0 && b.dirty == 0) return a.freed_ms > b.freed_ms ? a.freed_ms : b.freed_ms;
+  const CacheEntry& older = a.freed_ms <= b.freed_ms ? a : b;
+  const CacheEntry& newer = a.freed_ms <= b.freed_ms ? b : a;
+  const double newer_share = static_cast<double>(newer.dirty) / static_cast<double>(a.dirty + b.dirty);
+  return older.freed_ms + static_cast<std::uint64_t>(static_cast<double>(newer.freed_ms - older.freed_ms) * newer_share);
+}
+
 // Under g_lock, with room_for(e): puts e in the cache, merged with the entries on either side.
 void insert_entry(CacheEntry e) {
   BRISK_ASSERT(g_cache_used < kCacheEntries && e.size >= kOsPageSize);
@@ -126,13 +142,9 @@ void insert_entry(CacheEntry e) {
       ++i;
       continue;
     }
-    // The right one's first page, which may hold a header, is inside the merged entry. The
-    // merged entry is as old as its oldest dirty bytes, so a merge never delays their decay.
+    // The right one's first page, which may hold a header, is inside the merged entry.
     std::size_t dirty = e.dirty + n.dirty + kOsPageSize;
-    std::uint64_t age = n.freed_ms > e.freed_ms ? n.freed_ms : e.freed_ms;
-    if (n.dirty != 0 && (e.dirty == 0 || n.freed_ms < e.freed_ms)) age = n.freed_ms;
-    if (e.dirty != 0 && (n.dirty == 0 || e.freed_ms < n.freed_ms)) age = e.freed_ms;
-    e = CacheEntry{n.base < e.base ? n.base : e.base, n.size + e.size, dirty, age};
+    e = CacheEntry{n.base < e.base ? n.base : e.base, n.size + e.size, dirty, merged_age(e, n)};
     g_dirty_bytes += kOsPageSize;
     g_cache[i] = g_cache[--g_cache_used];  // its bytes stay counted, now in e
   }

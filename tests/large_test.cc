@@ -107,11 +107,42 @@ TEST_F(LargeCacheDecay, ALargeFreeReturnsAnAgedBlockWithoutTheBackgroundThread) 
   constexpr std::size_t kSize = 8 << 20;
   auto* other = static_cast<char*>(brisk_malloc(3 << 20));
   ASSERT_NE(other, nullptr);
+  // Kept live between the two, so that other, freed, does not merge with the aged block.
+  void* separator = brisk_malloc(3 << 20);
+  ASSERT_NE(separator, nullptr);
   char* old_block = FreeATouchedBlock(kSize);
   ASSERT_NE(old_block, nullptr);
   g_fake_now += Delay();
   brisk_free(other);
   EXPECT_EQ(ResidentOf(old_block, kSize), 0u) << "the next large free decayed the aged block";
+  brisk_free(separator);
+}
+
+// A replacement loop's blocks are carved side by side and merge into one cached entry when
+// freed. The entry ages by the mean of its parts' ages weighted by their dirty bytes: bytes
+// freed a moment ago are not decommitted with bytes freed long before, and the whole entry
+// still goes back at most the delay after the last free into it.
+TEST_F(LargeCacheDecay, AMergedEntryAgesByTheMeanOfItsParts) {
+  constexpr std::size_t kSize = 8 << 20;
+  const std::uint64_t t0 = g_fake_now;
+  auto* a = static_cast<char*>(brisk_malloc(kSize));
+  auto* b = static_cast<char*>(brisk_malloc(kSize));
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  std::memset(a, 0x5A, kSize);
+  std::memset(b, 0x5A, kSize);
+  brisk_free(a);
+  g_fake_now = t0 + Delay() / 2;
+  brisk_free(b);
+  // Their entry's age is about t0 + Delay / 4: not due yet, though a was freed Delay ago.
+  g_fake_now = t0 + Delay();
+  large_cache_decay(g_fake_now);
+  EXPECT_EQ(ResidentOf(b, kSize), kSize) << "b, freed half a delay ago, kept with a";
+  EXPECT_EQ(ResidentOf(a, kSize), kSize) << "a merged with b (apart, it would have aged out)";
+  g_fake_now = t0 + Delay() / 2 + Delay();
+  EXPECT_GE(large_cache_decay(g_fake_now), 2 * kSize);
+  EXPECT_EQ(ResidentOf(a, kSize), 0u) << "the delay after the last free: decommitted";
+  EXPECT_EQ(ResidentOf(b, kSize), 0u);
 }
 
 // MMtest's large test as written: blocks of 10..100 MiB allocated and freed, never touched.
