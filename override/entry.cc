@@ -33,18 +33,37 @@ std::size_t checked_usable(const void* p, Span** span_out, LargeHeader** large_o
   return ref.span->block_size;
 }
 
-void* move_block(void* p, std::size_t old_usable, std::size_t size) {
-  void* q = malloc_inline(size);
-  if (q == nullptr) return nullptr;  // errno is set; p is intact
-  std::memcpy(q, p, old_usable < size ? old_usable : size);
-  free_inline(p);
-  return q;
-}
-
 // The largest medium block, a strategy lever (BRISK_MEDIUM_MAX) within the compile-time bound;
 // read on every allocation above kSmallMax, as cheap as the lever reads of the slow paths.
 std::size_t medium_max() {
   return static_cast<std::size_t>(options::get(options::Id::kMediumMax));
+}
+
+// The new block of a realloc that grows from old_usable to size and must move. When it grows by
+// less than half, its new medium block takes pages for half its size again (within medium_max()),
+// past the block and untouched: a buffer grown in small steps tends to grow again, and its next
+// steps then stay in place (medium_resize_in_place) instead of copying the whole block each time
+// (brisk-stress realloc, buffers grown 8 B to 1 MiB by 1/16 to 1/2: 2.8 GB copied at --scale 30,
+// 1.8 GB with the room; jemalloc copied 2.6 GB, tcmalloc 5.8). A bigger step would not fit the
+// room again, so it gets none: MMtest medium, which doubles each block once, then frees it, took
+// 20% more peak memory with the room. Only page claims: the spare pages cost memory once written,
+// and a free gives them back with the block.
+void* grow_elsewhere(std::size_t old_usable, std::size_t size) {
+  if (size <= kSmallMax || size > medium_max() || size >= old_usable + old_usable / 2 ||
+      BRISK_UNLIKELY(debug_mode_on()))
+    return malloc_inline(size);
+  std::size_t room = size + size / 2;
+  void* q = alloc_medium_here(size, false, room < medium_max() ? room : medium_max());
+  if (q == nullptr) errno = ENOMEM;
+  return q;
+}
+
+void* move_block(void* p, std::size_t old_usable, std::size_t size) {
+  void* q = size > old_usable ? grow_elsewhere(old_usable, size) : malloc_inline(size);
+  if (q == nullptr) return nullptr;  // errno is set; p is intact
+  std::memcpy(q, p, old_usable < size ? old_usable : size);
+  free_inline(p);
+  return q;
 }
 
 }  // namespace

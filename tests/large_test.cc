@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "core/chunk.h"
@@ -391,6 +392,48 @@ TEST(MediumRealloc, GrowsInPlaceIntoFreeNeighbourPages) {
       << "the pages past the new size went back to the chunk";
   EXPECT_EQ(s[70 * 1024 - 1], 0x3C);
   brisk_free(s);
+}
+
+unsigned PagesOfRun(const void* p) {
+  auto a = reinterpret_cast<std::uintptr_t>(p);
+  return chunk_of(a)->span_of(a)->page_count;
+}
+
+// A block that must move to grow by less than half gets pages for half its new size again, so
+// its next small steps stay in place; one that grows by half or more gets only the pages it
+// needs (a block doubled once, as MMtest medium does, would not use them).
+TEST(MediumRealloc, ABlockMovedByASmallStepGetsRoomToGrowInPlace) {
+  std::thread([] {
+    constexpr std::size_t kK = 1024;
+    auto* a = static_cast<unsigned char*>(brisk_malloc(100 * kK));  // two 64 KiB pages
+    void* blocker = brisk_malloc(100 * kK);
+    ASSERT_NE(a, nullptr);
+    ASSERT_NE(blocker, nullptr);
+    ASSERT_EQ(static_cast<unsigned char*>(blocker), a + 2 * kPageSize) << "a new thread's blocks were expected side by side";
+    for (std::size_t i = 0; i < 100 * kK; ++i) a[i] = static_cast<unsigned char>(i * 7);
+    auto* b = static_cast<unsigned char*>(brisk_realloc(a, 140 * kK));  // three pages: a must move
+    ASSERT_NE(b, nullptr);
+    ASSERT_NE(b, a) << "the neighbour was expected to make the block move";
+    EXPECT_EQ(PagesOfRun(b), 4u) << "pages for 210 KiB: 140 KiB and half again";
+    EXPECT_EQ(brisk_usable_size(b), 140 * kK);
+    void* blocker2 = brisk_malloc(100 * kK);  // takes the pages after b's run, if free
+    ASSERT_NE(blocker2, nullptr);
+    auto* c = static_cast<unsigned char*>(brisk_realloc(b, 250 * kK));
+    EXPECT_EQ(c, b) << "the next step grew into the room";
+    for (std::size_t i = 0; i < 100 * kK; ++i) ASSERT_EQ(c[i], static_cast<unsigned char>(i * 7)) << i;
+
+    auto* d = static_cast<unsigned char*>(brisk_malloc(100 * kK));
+    void* blocker3 = brisk_malloc(100 * kK);
+    ASSERT_NE(d, nullptr);
+    ASSERT_NE(blocker3, nullptr);
+    ASSERT_EQ(static_cast<unsigned char*>(blocker3), d + 2 * kPageSize);
+    auto* e = static_cast<unsigned char*>(brisk_realloc(d, 200 * kK));
+    ASSERT_NE(e, nullptr);
+    ASSERT_NE(e, d);
+    EXPECT_EQ(PagesOfRun(e), 4u) << "a step of half or more: only the pages 200 KiB needs";
+    for (void* q : {blocker, blocker2, blocker3, static_cast<void*>(c), static_cast<void*>(e)}) brisk_free(q);
+    brisk_thread_collect();
+  }).join();
 }
 
 TEST(MediumRealloc, MovesWhenTheNeighbourIsTaken) {

@@ -316,7 +316,7 @@ inline void heap_refresh_levers(Heap* h) {
 // The thread cache's slow entry points for the layers above (threadcache/thread_cache.cc).
 // A medium block from the calling thread's heap, whatever state the thread is in (no heap yet,
 // or exited); nullptr when out of memory.
-void* alloc_medium_here(std::size_t size, bool zero);
+void* alloc_medium_here(std::size_t size, bool zero, std::size_t room = 0);  // room: alloc_medium's
 std::size_t thread_collect();  // brisk_thread_collect; returns bytes given back to the OS
 std::size_t process_trim();    // brisk_trim
 void process_init();

@@ -78,8 +78,9 @@ void medium_cache_shrink(Heap* h, std::size_t bytes, unsigned slots) {
 
 }  // namespace
 
-void* alloc_medium(Heap* h, std::size_t size, bool zero) {
-  unsigned pages = pages_for(size);
+void* alloc_medium(Heap* h, std::size_t size, bool zero, std::size_t room) {
+  BRISK_ASSERT(room == 0 || room >= size);
+  unsigned pages = pages_for(room > size ? room : size);
   std::uint64_t dirty = ~std::uint64_t{0};
   Span* s;
   {

@@ -7,7 +7,9 @@
 
 namespace brisk {
 
-void* alloc_medium(Heap* h, std::size_t size, bool zero);  // zero: calloc; nullptr: no memory
+// zero: calloc; nullptr: no memory. room: the bytes whose pages the block's span takes, at least
+// size (0: size): pages past the block for a realloc to grow into in place, untouched until then.
+void* alloc_medium(Heap* h, std::size_t size, bool zero, std::size_t room = 0);
 // In-place resize of a medium block, by any thread that holds it. False if it must move.
 bool medium_resize_in_place(Span* s, std::size_t new_size);
 

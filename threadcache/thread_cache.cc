@@ -11,12 +11,12 @@
 
 namespace brisk {
 
-void* alloc_medium_here(std::size_t size, bool zero) {
+void* alloc_medium_here(std::size_t size, bool zero, std::size_t room) {
   Heap* h = t_heap;
   if (h == &g_exited_heap)
-    return alloc_with_borrowed_heap([&](Heap* borrowed) { return alloc_medium(borrowed, size, zero); });
+    return alloc_with_borrowed_heap([&](Heap* borrowed) { return alloc_medium(borrowed, size, zero, room); });
   if (h == &g_sentinel_heap) h = heap_for_this_thread();
-  return h != nullptr ? alloc_medium(h, size, zero) : nullptr;
+  return h != nullptr ? alloc_medium(h, size, zero, room) : nullptr;
 }
 
 // The thread's debug heap too (threadcache/debug_switch.h): its free pages are the calling
