@@ -46,8 +46,8 @@ std::size_t medium_max() {
 // (brisk-stress realloc, buffers grown 8 B to 1 MiB by 1/16 to 1/2: 2.8 GB copied at --scale 30,
 // 1.8 GB with the room; jemalloc copied 2.6 GB, tcmalloc 5.8). A bigger step would not fit the
 // room again, so it gets none: MMtest medium, which doubles each block once, then frees it, took
-// 20% more peak memory with the room. Only page claims: the spare pages cost memory once written,
-// and a free gives them back with the block.
+// 20% more peak memory with the room. Only page claims: a spare page costs memory once written
+// (or if it was resident already, as a free page), and a free gives them back with the block.
 void* grow_elsewhere(std::size_t old_usable, std::size_t size) {
   if (size <= kSmallMax || size > medium_max() || size >= old_usable + old_usable / 2 ||
       BRISK_UNLIKELY(debug_mode_on()))
