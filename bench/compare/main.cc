@@ -280,6 +280,8 @@ int run(int argc, char** argv) {
       const char* label = workload.label != nullptr ? workload.label : workload.name;
       plan.workloads.push_back({label, argv});
       scales += std::string(scales.empty() ? "" : ", ") + label + " " + text + "%";
+      if (workload.rows != nullptr) scales += std::string(" --rows ") + workload.rows;
+      if (workload.pool != nullptr) scales += std::string(" --pool ") + workload.pool;
     }
     context.notes.push_back("suite " + suite_name + ": `" + stress_path + " WORKLOAD --scale PCT` with " + scales +
                             " of the full workloads" +
