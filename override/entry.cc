@@ -49,11 +49,11 @@ std::size_t medium_max() {
 // 20% more peak memory with the room. Only page claims: a spare page costs memory once written
 // (or if it was resident already, as a free page), and a free gives them back with the block.
 void* grow_elsewhere(std::size_t old_usable, std::size_t size) {
-  if (size <= kSmallMax || size > medium_max() || size >= old_usable + old_usable / 2 ||
-      BRISK_UNLIKELY(debug_mode_on()))
+  const std::size_t max = medium_max();  // one read: a strategy switch may change it meanwhile
+  if (size <= kSmallMax || size > max || size >= old_usable + old_usable / 2 || BRISK_UNLIKELY(debug_mode_on()))
     return malloc_inline(size);
-  std::size_t room = size + size / 2;
-  void* q = alloc_medium_here(size, false, room < medium_max() ? room : medium_max());
+  const std::size_t room = size + size / 2;
+  void* q = alloc_medium_here(size, false, room < max ? room : max);
   if (q == nullptr) errno = ENOMEM;
   return q;
 }
