@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 
 #include "core/assert.h"
 #include "core/config.h"
@@ -117,6 +118,32 @@ std::size_t resident_bytes(void* p, std::size_t size) {
     done += window;
   }
   return resident * kOsPageSize;
+}
+
+void zero_pages(void* p, std::size_t size) {
+  BRISK_ASSERT(reinterpret_cast<std::uintptr_t>(p) % kOsPageSize == 0 && size % kOsPageSize == 0);
+  unsigned char vec[4096];
+  stats::g.os_resident_calls.fetch_add(1, std::memory_order_relaxed);
+  char* c = static_cast<char*>(p);
+  for (std::size_t done = 0; done < size;) {
+    std::size_t window = size - done;
+    if (window > sizeof vec * kOsPageSize) window = sizeof vec * kOsPageSize;
+    char* w = c + done;
+    done += window;
+    if (mincore(w, window, vec) != 0) {  // unknown: write every page
+      std::memset(w, 0, window);
+      continue;
+    }
+    const std::size_t pages = window / kOsPageSize;
+    for (std::size_t i = 0; i < pages;) {
+      const unsigned char resident = vec[i] & 1;
+      std::size_t j = i + 1;
+      while (j < pages && (vec[j] & 1) == resident) ++j;
+      if (resident != 0) std::memset(w + i * kOsPageSize, 0, (j - i) * kOsPageSize);
+      else decommit(w + i * kOsPageSize, (j - i) * kOsPageSize);
+      i = j;
+    }
+  }
 }
 
 namespace {

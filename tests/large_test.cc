@@ -301,6 +301,27 @@ TEST(LargeCache, AFreedMappingIsReusedForTheSameSize) {
   EXPECT_EQ(brisk_test::Stats().large_bytes_cached, 0u) << "collect returns the cache to the OS";
 }
 
+// calloc from a cached mapping of which only some pages were written: those are written with
+// zeros where they are (they stay resident, so no other CPU's TLB entry for them is shot down
+// and none faults in again), and the rest stay untouched (not resident). Before, a mostly
+// untouched mapping was decommitted whole, its written pages with it.
+TEST(LargeCache, CallocOfAPartlyWrittenCachedMappingZeroesItsResidentPagesInPlace) {
+  constexpr std::size_t kSize = 8 << 20;
+  constexpr std::size_t kStride = 64 * kOsPageSize;  // one page in 64 written: 2 of 128 pages
+  auto* a = static_cast<unsigned char*>(brisk_malloc(kSize));
+  ASSERT_NE(a, nullptr);
+  ASSERT_EQ(ResidentOf(a, kSize), 0u) << "a fresh mapping";
+  for (std::size_t i = 0; i < kSize; i += kStride) a[i] = 0x5A;
+  brisk_free(a);
+  auto* z = static_cast<unsigned char*>(brisk_calloc(1, kSize));
+  ASSERT_EQ(z, a) << "same size, same mapping";
+  for (std::size_t i = 0; i < kSize; i += kStride)
+    ASSERT_EQ(ResidentOf(z + i, 1), kOsPageSize) << "the written page at " << i << " was dropped";
+  EXPECT_EQ(ResidentOf(z, kSize), kSize / kStride * kOsPageSize) << "calloc faulted in untouched pages";
+  for (std::size_t i = 0; i < kSize; i += 512) ASSERT_EQ(z[i], 0) << i;
+  brisk_free(z);
+}
+
 TEST(LargeCache, ADoubleFreeOfALargeBlockIsReported) {
   void* a = brisk_malloc(6 << 20);
   ASSERT_NE(a, nullptr);
