@@ -417,19 +417,67 @@ std::size_t large_usable_size(const void* p, const LargeHeader* h) {
   return static_cast<std::size_t>(h->base + h->map_size - static_cast<const char*>(p));
 }
 
-void large_free(void* p, LargeHeader* h) {
-  char* base = h->base;
-  std::size_t size = h->map_size;
-  bool cacheable = h->alignment == kChunkSize;
-  h->check = 0;  // a second free of p now fails validation
+namespace {
+
+// p stops being a block: a second free of it fails validation.
+void forget_block(void* p, LargeHeader* h) {
+  h->check = 0;
   region_set(reinterpret_cast<std::uintptr_t>(p), kRegionNone);
   stats::add(&stats::Stripe::large_live_blocks, -1);
   stats::add(&stats::Stripe::large_bytes_in_use, -static_cast<std::int64_t>(large_usable_size(p, h)));
-  if (cacheable && cache_put(base, size, platform::now_ms())) {
+}
+
+void cache_or_unmap(char* base, std::size_t size) {
+  if (cache_put(base, size, platform::now_ms())) {
     decay_if_due();
     return;
   }
   unmap_mapping(base, size);
+}
+
+// Bytes of mappings in threads' stashes (large_free_to), for large_cache_resident_bytes.
+std::atomic<std::size_t> g_stashed_bytes{0};
+
+void count_stashed(std::size_t size, bool in) {
+  auto delta = static_cast<std::int64_t>(size);
+  stats::add(&stats::Stripe::large_bytes_cached, in ? delta : -delta);
+  if (in) g_stashed_bytes.fetch_add(size, std::memory_order_relaxed);
+  else g_stashed_bytes.fetch_sub(size, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+void large_free(void* p, LargeHeader* h) {
+  char* base = h->base;
+  std::size_t size = h->map_size;
+  bool cacheable = h->alignment == kChunkSize;
+  forget_block(p, h);
+  if (cacheable) return cache_or_unmap(base, size);
+  unmap_mapping(base, size);
+}
+
+bool large_free_to(void* p, LargeHeader* h, std::size_t max_user, LargeMapping* out) {
+  if (h->alignment != kChunkSize || h->map_size - kOsPageSize > max_user) return false;
+  *out = LargeMapping{h->base, h->map_size};
+  forget_block(p, h);
+  count_stashed(out->size, true);
+  return true;
+}
+
+void* large_alloc_from(LargeMapping m, std::size_t size, bool zero) {
+  std::size_t offset, map_align;
+  placement(kMinAlign, &offset, &map_align);
+  if (size > m.size) return nullptr;
+  std::size_t need = round_up(offset + size, kOsPageSize);
+  if (need > m.size || need < m.size / 2) return nullptr;
+  count_stashed(m.size, false);
+  if (zero) platform::zero_pages(m.base + offset, need - offset);
+  return finish(m.base, m.size, offset, map_align);
+}
+
+void large_give(LargeMapping m) {
+  count_stashed(m.size, false);
+  cache_or_unmap(m.base, m.size);
 }
 
 std::atomic<void (*)(void*)> g_large_moved_test_hook{nullptr};
@@ -518,8 +566,9 @@ std::size_t large_cache_flush() {
 }
 
 std::size_t large_cache_resident_bytes() {
+  std::size_t stashed = g_stashed_bytes.load(std::memory_order_relaxed);
   LockGuard g(g_lock);
-  return g_dirty_bytes;
+  return g_dirty_bytes + stashed;
 }
 
 void large_locks_acquire() { g_lock.lock(); }

@@ -31,6 +31,25 @@ void* large_alloc(std::size_t size, std::size_t alignment, bool zero);
 LargeHeader* large_header_of(const void* p, std::uint8_t kind);
 void large_free(void* p, LargeHeader* h);
 std::size_t large_usable_size(const void* p, const LargeHeader* h);
+
+// A freed mapping that a thread keeps for its own next large block, outside the cache and its
+// lock (the large stash, threadcache/medium.cc). The statistics count it as cached and
+// resident.
+struct LargeMapping {
+  char* base = nullptr;
+  std::size_t size = 0;
+};
+// Frees p as large_free does, but hands its mapping to the caller when it has the default
+// alignment and holds at most max_user bytes past its header page: true and *out. False: p is
+// untouched (free it with large_free).
+bool large_free_to(void* p, LargeHeader* h, std::size_t max_user, LargeMapping* out);
+// A block of size bytes (default alignment) at the front of m, a mapping from large_free_to,
+// if it fits and uses at least half of it; nullptr, and m stays the caller's, otherwise. zero:
+// reads as zeros.
+void* large_alloc_from(LargeMapping m, std::size_t size, bool zero);
+// Gives m, from large_free_to, to the cache as large_free would have.
+void large_give(LargeMapping m);
+
 // Resizes in place (mremap) or moves the pages without copying. nullptr if it cannot; p intact.
 void* large_realloc(void* p, LargeHeader* h, std::size_t new_size);
 

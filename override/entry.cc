@@ -76,7 +76,7 @@ void* alloc_big(std::size_t size, std::size_t alignment, bool zero) {
   if (BRISK_UNLIKELY(debug_mode_on()) && alignment <= debug::kMaxAlignment)
     return debug::allocate(size, alignment, debug::t_alloc_kind, zero);
   void* p = size <= medium_max() && alignment <= kPageSize ? alloc_medium_here(size, zero)
-                                                           : large_alloc(size, alignment, zero);
+                                                           : large_alloc_here(size, alignment, zero);
   if (p == nullptr) errno = ENOMEM;
   return p;
 }

@@ -93,11 +93,11 @@ TEST_F(Background, FreePagesArePurgedOnlyAfterTheDelayHasPassedTwice) {
 
 TEST_F(Background, PagesReusedBetweenPassesStayResident) {
   Passes(3, 1000);
-  void* p = brisk_malloc(1 << 20);  // a medium block: its own pages
+  void* p = brisk_malloc(256 << 10);  // a medium block in every mode: its own pages
   brisk_free(p);
   EXPECT_EQ(Passes(1, 1000), 0u);  // seen free and dirty
-  void* q = brisk_malloc(1 << 20);  // reused in between: the same pages, claimed again
-  std::memset(q, 7, 1 << 20);
+  void* q = brisk_malloc(256 << 10);  // reused in between: the same pages, claimed again
+  std::memset(q, 7, 256 << 10);
   Passes(1, 1000);
   EXPECT_EQ(static_cast<unsigned char*>(q)[12345], 7);  // still resident with its contents
   brisk_free(q);
@@ -115,7 +115,7 @@ std::size_t OwnPurge() {
 
 // A medium block freed, a check, the same pages claimed, written and freed again: returns what
 // the check after that purges.
-constexpr std::size_t kReusedSize = 512 * 1024;  // a medium block in every mode: its own pages
+constexpr std::size_t kReusedSize = 256 * 1024;  // a medium block in every mode: its own pages
 
 std::size_t PurgedAfterReuseBetweenChecks() {
   constexpr std::size_t kSize = kReusedSize;

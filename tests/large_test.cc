@@ -322,6 +322,55 @@ TEST(LargeCache, CallocOfAPartlyWrittenCachedMappingZeroesItsResidentPagesInPlac
   brisk_free(z);
 }
 
+// The large stash (threadcache/medium.cc): a thread's last freed large mapping, of at most the
+// medium cache's budget (8 MiB in speed mode, none in low-memory), serves its next large block
+// that fits and uses at least half of it, without the cache's lock; a thread's exit gives it
+// to the cache, where another thread finds it.
+TEST(LargeStash, AThreadTakesBackItsLastFreedMappingWithoutTheCacheLock) {
+  constexpr std::size_t kSize = 3 << 20;  // large in every mode
+  const brisk_strategy before = brisk_get_strategy();
+  brisk_set_strategy(BRISK_STRATEGY_SPEED);
+  unsigned char* kept = nullptr;
+  std::thread([&] {
+    auto* p = static_cast<unsigned char*>(brisk_malloc(kSize));
+    ASSERT_NE(p, nullptr);
+    std::memset(p, 0x5A, kSize);
+    brisk_free(p);
+    const LockCounts locks = large_lock_counts();
+    auto* q = static_cast<unsigned char*>(brisk_malloc(kSize - 5000));
+    EXPECT_EQ(q, p) << "the stashed mapping";
+    EXPECT_EQ(large_lock_counts().acquisitions, locks.acquisitions) << "the cache's lock was taken";
+    brisk_free(q);
+    auto* z = static_cast<unsigned char*>(brisk_calloc(1, kSize));
+    ASSERT_EQ(z, p);
+    for (std::size_t i = 0; i < kSize; i += 512) ASSERT_EQ(z[i], 0) << i;
+    brisk_free(z);
+    void* small = brisk_malloc(kSize / 3);  // would use less than half of it
+    EXPECT_NE(small, p);
+    brisk_free(small);  // takes the stash's place; p goes to the cache
+    void* again = brisk_malloc(kSize);
+    EXPECT_EQ(again, p) << "from the cache";
+    brisk_free(again);
+    kept = p;
+  }).join();
+  // The thread's exit gave its stash to the cache.
+  void* other = brisk_malloc(kSize);
+  EXPECT_EQ(other, kept) << "the exited thread's stashed mapping is in the cache";
+  brisk_free(other);
+  brisk_set_strategy(BRISK_STRATEGY_LOW_MEMORY);  // no medium cache, no stash
+  std::thread([&] {
+    void* p = brisk_malloc(kSize);
+    ASSERT_NE(p, nullptr);
+    brisk_free(p);
+    const LockCounts locks = large_lock_counts();
+    void* q = brisk_malloc(kSize);
+    brisk_free(q);
+    EXPECT_GT(large_lock_counts().acquisitions, locks.acquisitions) << "low-memory stashes nothing";
+  }).join();
+  brisk_set_strategy(before);
+  brisk_thread_collect();
+}
+
 TEST(LargeCache, ADoubleFreeOfALargeBlockIsReported) {
   void* a = brisk_malloc(6 << 20);
   ASSERT_NE(a, nullptr);
@@ -394,10 +443,11 @@ TEST(MediumRealloc, GrowsInPlaceIntoFreeNeighbourPages) {
   auto* p = static_cast<unsigned char*>(brisk_malloc(100 * 1024));
   ASSERT_NE(p, nullptr);
   std::memset(p, 0x3C, 100 * 1024);
-  // Grow step by step to 1 MiB: with nothing allocated after it in a fresh chunk, every step
-  // stays in place.
+  // Grow step by step to the largest medium block: with nothing allocated after it in a fresh
+  // chunk, every step stays in place.
   void* original = p;
-  for (std::size_t size = 200 * 1024; size <= kMediumMax; size += 200 * 1024) {
+  const auto max = static_cast<std::size_t>(options::get(options::Id::kMediumMax));
+  for (std::size_t size = 132 * 1024; size <= max; size += 32 * 1024) {
     auto* q = static_cast<unsigned char*>(brisk_realloc(p, size));
     ASSERT_NE(q, nullptr);
     EXPECT_EQ(q, original) << "moved at " << size;
@@ -476,33 +526,34 @@ TEST(MediumRealloc, MovesWhenTheNeighbourIsTaken) {
 // big block does not need a long run of free pages in a chunk. Switching moves the next
 // allocation; realloc across the limit moves a block, keeping its contents, and a large block
 // grows as a large block.
-TEST(MediumMax, LowMemoryMakesBlocksAbove512KiBLargeAndReallocCrossesTheLimit) {
+TEST(MediumMax, BlocksAbove256KiBAreLargeInEveryModeAndReallocCrossesTheLimit) {
   const brisk_strategy before = brisk_get_strategy();
-  brisk_set_strategy(BRISK_STRATEGY_BALANCED);
-  void* m = brisk_malloc(1 << 20);
-  ASSERT_NE(m, nullptr);
-  EXPECT_EQ(region_kind(reinterpret_cast<std::uintptr_t>(m)), kRegionChunk) << "balanced: 1 MiB is medium";
-  brisk_set_strategy(BRISK_STRATEGY_LOW_MEMORY);
-  void* l = brisk_malloc(1 << 20);
-  ASSERT_NE(l, nullptr);
-  EXPECT_TRUE(region_is_large(region_kind(reinterpret_cast<std::uintptr_t>(l)))) << "low-memory: 1 MiB is large";
-  void* at_limit = brisk_malloc(512 * 1024);
-  EXPECT_EQ(region_kind(reinterpret_cast<std::uintptr_t>(at_limit)), kRegionChunk) << "512 KiB is still medium";
-  auto* r = static_cast<unsigned char*>(brisk_malloc(300 * 1024));
-  ASSERT_NE(r, nullptr);
-  for (std::size_t i = 0; i < 300 * 1024; ++i) r[i] = static_cast<unsigned char>(i * 7);
-  r = static_cast<unsigned char*>(brisk_realloc(r, 700 * 1024));
-  ASSERT_NE(r, nullptr);
-  EXPECT_TRUE(region_is_large(region_kind(reinterpret_cast<std::uintptr_t>(r)))) << "grown past the limit";
-  r = static_cast<unsigned char*>(brisk_realloc(r, 900 * 1024));
-  ASSERT_NE(r, nullptr);
-  EXPECT_TRUE(region_is_large(region_kind(reinterpret_cast<std::uintptr_t>(r))));
-  for (std::size_t i = 0; i < 300 * 1024; ++i) ASSERT_EQ(r[i], static_cast<unsigned char>(i * 7)) << i;
+  for (brisk_strategy mode : {BRISK_STRATEGY_SPEED, BRISK_STRATEGY_BALANCED, BRISK_STRATEGY_LOW_MEMORY}) {
+    SCOPED_TRACE(mode);
+    brisk_set_strategy(mode);
+    void* l = brisk_malloc(300 * 1024);
+    ASSERT_NE(l, nullptr);
+    EXPECT_TRUE(region_is_large(region_kind(reinterpret_cast<std::uintptr_t>(l)))) << "300 KiB is large";
+    void* at_limit = brisk_malloc(256 * 1024);
+    EXPECT_EQ(region_kind(reinterpret_cast<std::uintptr_t>(at_limit)), kRegionChunk) << "256 KiB is still medium";
+    auto* r = static_cast<unsigned char*>(brisk_malloc(200 * 1024));
+    ASSERT_NE(r, nullptr);
+    for (std::size_t i = 0; i < 200 * 1024; ++i) r[i] = static_cast<unsigned char>(i * 7);
+    r = static_cast<unsigned char*>(brisk_realloc(r, 700 * 1024));
+    ASSERT_NE(r, nullptr);
+    EXPECT_TRUE(region_is_large(region_kind(reinterpret_cast<std::uintptr_t>(r)))) << "grown past the limit";
+    r = static_cast<unsigned char*>(brisk_realloc(r, 900 * 1024));
+    ASSERT_NE(r, nullptr);
+    EXPECT_TRUE(region_is_large(region_kind(reinterpret_cast<std::uintptr_t>(r))));
+    for (std::size_t i = 0; i < 200 * 1024; ++i) ASSERT_EQ(r[i], static_cast<unsigned char>(i * 7)) << i;
+    r = static_cast<unsigned char*>(brisk_realloc(r, 100 * 1024));
+    ASSERT_NE(r, nullptr);
+    for (std::size_t i = 0; i < 100 * 1024; ++i) ASSERT_EQ(r[i], static_cast<unsigned char>(i * 7)) << i;
+    brisk_free(l);
+    brisk_free(at_limit);
+    brisk_free(r);
+  }
   brisk_set_strategy(before);
-  brisk_free(m);
-  brisk_free(l);
-  brisk_free(at_limit);
-  brisk_free(r);
 }
 
 }  // namespace

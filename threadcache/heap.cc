@@ -131,7 +131,7 @@ BRISK_NOINLINE void free_slow(void* p) {
   auto a = reinterpret_cast<std::uintptr_t>(p);
   BlockRef ref = checked_block(p, "invalid free of");
   if (ref.large != nullptr) {
-    large_free(p, ref.large);
+    large_free_here(p, ref.large);
     return;
   }
   Span* s = ref.span;

@@ -12,6 +12,7 @@
 #include "core/config.h"
 #include "core/free_key.h"
 #include "core/hints.h"
+#include "core/large.h"
 #include "core/lock.h"
 #include "core/options.h"
 #include "core/size_class.h"
@@ -91,6 +92,11 @@ class alignas(BRISK_CACHELINE) Heap {
   Span* medium_cache[kMediumCacheSlots] = {};
   std::uint8_t medium_cache_count = 0;
   std::size_t medium_cache_bytes = 0;
+  // The large stash (medium.cc): the mapping of the last large block this thread freed, kept
+  // for its next one; under slow_lock. The owner also reads large_stash.base without the lock,
+  // as a hint that there is one (stored as a relaxed atomic: the background thread empties the
+  // stash of an idle heap).
+  LargeMapping large_stash;
   // The foreign cache (foreign_cache.h): other heaps' small blocks this thread freed, one chain
   // per class, kept for this thread's next allocations. foreign_bytes is written as a relaxed
   // atomic (store_shared): the statistics read it.
@@ -317,6 +323,9 @@ inline void heap_refresh_levers(Heap* h) {
 // A medium block from the calling thread's heap, whatever state the thread is in (no heap yet,
 // or exited); nullptr when out of memory.
 void* alloc_medium_here(std::size_t size, bool zero, std::size_t room = 0);  // room: alloc_medium's
+// Large blocks of the calling thread, through its large stash (medium.cc) when it has a heap.
+void* large_alloc_here(std::size_t size, std::size_t alignment, bool zero);
+void large_free_here(void* p, LargeHeader* lh);
 std::size_t thread_collect();  // brisk_thread_collect; returns bytes given back to the OS
 std::size_t process_trim();    // brisk_trim
 void process_init();

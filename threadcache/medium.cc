@@ -148,9 +148,69 @@ void medium_freed(Heap* h, Span* s) {
   h->medium_cache_bytes += bytes;
 }
 
+namespace {
+
+// The large stash: the mapping of the last large block a thread freed, if its user part is at
+// most the medium cache's budget, kept for the thread's next large block, which takes it when
+// it fits and uses at least half of it (large_alloc_from). Under the heap's slow lock, which
+// only its owner takes but for the flushes (medium_cache_flush), so neither side waits in
+// practice; the cache's lock is not taken. A program that replaces a buffer of a few hundred KiB
+// with a slightly bigger one (a growing string: MMtest strings) frees and takes a mapping per
+// step: through the process-wide cache, its threads would wait for each other at its lock and
+// take mappings another core last wrote.
+LargeMapping stash_take(Heap* h) {
+  LargeMapping m = h->large_stash;
+  store_shared(h->large_stash.base, static_cast<char*>(nullptr));
+  h->large_stash.size = 0;
+  return m;
+}
+
+}  // namespace
+
+void* large_alloc_here(std::size_t size, std::size_t alignment, bool zero) {
+  Heap* h = t_heap;
+  if (alignment <= kMinAlign && heap_is_attached(h) && load_shared(h->large_stash.base) != nullptr) {
+    HeapSlowLock lock(h);
+    if (h->large_stash.base != nullptr) {
+      if (void* p = large_alloc_from(h->large_stash, size, zero)) {
+        stash_take(h);
+        return p;
+      }
+    }
+  }
+  return large_alloc(size, alignment, zero);
+}
+
+void large_free_here(void* p, LargeHeader* lh) {
+  Heap* h = t_heap;
+  // A thread whose blocks so far were all large has no heap yet: it gets one here, as its first
+  // medium block would give it.
+  if (h == &g_sentinel_heap) h = heap_for_this_thread();
+  if (h != nullptr && heap_is_attached(h) && h->serving) {
+    bool stashed;
+    LargeMapping old;
+    {
+      HeapSlowLock lock(h);
+      LargeMapping m;
+      stashed = large_free_to(p, lh, medium_cache_budget(h), &m);
+      if (stashed) {
+        old = stash_take(h);
+        h->large_stash.size = m.size;
+        store_shared(h->large_stash.base, m.base);
+      }
+    }
+    if (stashed) {
+      if (old.base != nullptr) large_give(old);  // outside the heap's lock: the cache may unmap
+      return;
+    }
+  }
+  large_free(p, lh);
+}
+
 std::size_t medium_cache_flush(Heap* h) {
-  std::size_t bytes = h->medium_cache_bytes;
+  std::size_t bytes = h->medium_cache_bytes + h->large_stash.size;
   medium_cache_shrink(h, 0, 0);
+  if (h->large_stash.base != nullptr) large_give(stash_take(h));
   return bytes;
 }
 
