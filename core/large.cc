@@ -353,13 +353,14 @@ void decay_if_due() {
     large_cache_decay(now, nullptr);
 }
 
-void* finish(char* base, std::size_t map_size, std::size_t offset, std::size_t map_align) {
+void* finish(char* base, std::size_t map_size, std::size_t offset, std::size_t map_align, const void* owner) {
   char* p = base + offset;
   auto* h = reinterpret_cast<LargeHeader*>(p - kOsPageSize);
   h->check = kLargeMagic ^ reinterpret_cast<std::uintptr_t>(p);
   h->base = base;
   h->map_size = map_size;
   h->alignment = map_align;
+  h->owner = owner;
   auto a = reinterpret_cast<std::uintptr_t>(p);
   region_set(a, region_large_code(a & kChunkMask));
   stats::add(&stats::Stripe::large_live_blocks, 1);
@@ -369,7 +370,7 @@ void* finish(char* base, std::size_t map_size, std::size_t offset, std::size_t m
 
 }  // namespace
 
-void* large_alloc(std::size_t size, std::size_t alignment, bool zero) {
+void* large_alloc(std::size_t size, std::size_t alignment, bool zero, const void* owner) {
   std::size_t offset, map_align;
   placement(alignment, &offset, &map_align);
   // A power-of-two alignment (the entry points check it) puts p where its region byte can say.
@@ -400,7 +401,7 @@ void* large_alloc(std::size_t size, std::size_t alignment, bool zero) {
     if (grow > need) cache_rest_of_fresh(base + need, grow - need, platform::now_ms());
     decay_if_due();
   }
-  return finish(base, map_size, offset, map_align);
+  return finish(base, map_size, offset, map_align, owner);
 }
 
 LargeHeader* large_header_of(const void* p, std::uint8_t kind) {
@@ -456,15 +457,15 @@ void large_free(void* p, LargeHeader* h) {
   unmap_mapping(base, size);
 }
 
-bool large_free_to(void* p, LargeHeader* h, std::size_t max_user, LargeMapping* out) {
-  if (h->alignment != kChunkSize || h->map_size - kOsPageSize > max_user) return false;
+bool large_free_to(void* p, LargeHeader* h, std::size_t max_user, const void* owner, LargeMapping* out) {
+  if (h->owner != owner || h->alignment != kChunkSize || h->map_size - kOsPageSize > max_user) return false;
   *out = LargeMapping{h->base, h->map_size};
   forget_block(p, h);
   count_stashed(out->size, true);
   return true;
 }
 
-void* large_alloc_from(LargeMapping m, std::size_t size, bool zero) {
+void* large_alloc_from(LargeMapping m, std::size_t size, bool zero, const void* owner) {
   std::size_t offset, map_align;
   placement(kMinAlign, &offset, &map_align);
   if (size > m.size) return nullptr;
@@ -472,7 +473,7 @@ void* large_alloc_from(LargeMapping m, std::size_t size, bool zero) {
   if (need > m.size || need < m.size / 2) return nullptr;
   count_stashed(m.size, false);
   if (zero) platform::zero_pages(m.base + offset, need - offset);
-  return finish(m.base, m.size, offset, map_align);
+  return finish(m.base, m.size, offset, map_align, owner);
 }
 
 void large_give(LargeMapping m) {

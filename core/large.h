@@ -21,10 +21,12 @@ struct LargeHeader {
   char* base;               // the mapping
   std::size_t map_size;
   std::size_t alignment;    // the mapping's alignment (kChunkSize, or more for huge alignment)
+  const void* owner;        // the caller's tag at allocation (the thread heap), for large_free_to
 };
 
 // nullptr (and no errno change) on failure; the caller sets errno. zero: contents must read 0.
-void* large_alloc(std::size_t size, std::size_t alignment, bool zero);
+// owner: kept in the header for large_free_to.
+void* large_alloc(std::size_t size, std::size_t alignment, bool zero, const void* owner = nullptr);
 // The header of p, or nullptr if p is not the start of a live large block. kind is
 // region_kind(p), already known to be a large block's (region_is_large). Reads no memory but
 // that header, and only for the pointer the region byte names.
@@ -40,13 +42,13 @@ struct LargeMapping {
   std::size_t size = 0;
 };
 // Frees p as large_free does, but hands its mapping to the caller when it has the default
-// alignment and holds at most max_user bytes past its header page: true and *out. False: p is
-// untouched (free it with large_free).
-bool large_free_to(void* p, LargeHeader* h, std::size_t max_user, LargeMapping* out);
+// alignment, holds at most max_user bytes past its header page and was allocated with this
+// owner: true and *out. False: p is untouched (free it with large_free).
+bool large_free_to(void* p, LargeHeader* h, std::size_t max_user, const void* owner, LargeMapping* out);
 // A block of size bytes (default alignment) at the front of m, a mapping from large_free_to,
 // if it fits and uses at least half of it; nullptr, and m stays the caller's, otherwise. zero:
 // reads as zeros.
-void* large_alloc_from(LargeMapping m, std::size_t size, bool zero);
+void* large_alloc_from(LargeMapping m, std::size_t size, bool zero, const void* owner);
 // Gives m, from large_free_to, to the cache as large_free would have.
 void large_give(LargeMapping m);
 

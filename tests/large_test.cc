@@ -328,6 +328,7 @@ TEST(LargeCache, CallocOfAPartlyWrittenCachedMappingZeroesItsResidentPagesInPlac
 // to the cache, where another thread finds it.
 TEST(LargeStash, AThreadTakesBackItsLastFreedMappingWithoutTheCacheLock) {
   constexpr std::size_t kSize = 3 << 20;  // large in every mode
+  brisk_thread_collect();  // this thread's stash, from earlier tests, goes back to the OS
   const brisk_strategy before = brisk_get_strategy();
   brisk_set_strategy(BRISK_STRATEGY_SPEED);
   unsigned char* kept = nullptr;
@@ -356,7 +357,22 @@ TEST(LargeStash, AThreadTakesBackItsLastFreedMappingWithoutTheCacheLock) {
   // The thread's exit gave its stash to the cache.
   void* other = brisk_malloc(kSize);
   EXPECT_EQ(other, kept) << "the exited thread's stashed mapping is in the cache";
-  brisk_free(other);
+  // A thread that frees another thread's large block gives it to the cache, not to its stash:
+  // the main thread, which allocated it, takes it back from there while the freeing thread
+  // still runs.
+  std::atomic<int> step{0};
+  std::thread freer([&] {
+    brisk_free(brisk_malloc(64));  // a heap of its own
+    brisk_free(other);
+    step = 1;
+    while (step.load() != 2) std::this_thread::yield();
+  });
+  while (step.load() != 1) std::this_thread::yield();
+  void* back = brisk_malloc(kSize);
+  EXPECT_EQ(back, other) << "the freeing thread kept another thread's mapping";
+  step = 2;
+  freer.join();
+  brisk_free(back);
   brisk_set_strategy(BRISK_STRATEGY_LOW_MEMORY);  // no medium cache, no stash
   std::thread([&] {
     void* p = brisk_malloc(kSize);

@@ -169,30 +169,33 @@ LargeMapping stash_take(Heap* h) {
 
 void* large_alloc_here(std::size_t size, std::size_t alignment, bool zero) {
   Heap* h = t_heap;
-  if (alignment <= kMinAlign && heap_is_attached(h) && load_shared(h->large_stash.base) != nullptr) {
+  // A thread's first block may be a large one: it gets its heap here, as its first medium block
+  // would, so that the block can come back to its stash.
+  if (h == &g_sentinel_heap) h = heap_for_this_thread();
+  if (h == nullptr || !heap_is_attached(h)) return large_alloc(size, alignment, zero);
+  if (alignment <= kMinAlign && load_shared(h->large_stash.base) != nullptr) {
     HeapSlowLock lock(h);
     if (h->large_stash.base != nullptr) {
-      if (void* p = large_alloc_from(h->large_stash, size, zero)) {
+      if (void* p = large_alloc_from(h->large_stash, size, zero, h)) {
         stash_take(h);
         return p;
       }
     }
   }
-  return large_alloc(size, alignment, zero);
+  return large_alloc(size, alignment, zero, h);
 }
 
+// Only a mapping this thread's heap allocated is stashed: a thread that frees the large blocks
+// of others (a consumer) would only hold one back from the threads that allocate them.
 void large_free_here(void* p, LargeHeader* lh) {
   Heap* h = t_heap;
-  // A thread whose blocks so far were all large has no heap yet: it gets one here, as its first
-  // medium block would give it.
-  if (h == &g_sentinel_heap) h = heap_for_this_thread();
-  if (h != nullptr && heap_is_attached(h) && h->serving) {
+  if (heap_is_attached(h) && h->serving) {
     bool stashed;
     LargeMapping old;
     {
       HeapSlowLock lock(h);
       LargeMapping m;
-      stashed = large_free_to(p, lh, medium_cache_budget(h), &m);
+      stashed = large_free_to(p, lh, medium_cache_budget(h), h, &m);
       if (stashed) {
         old = stash_take(h);
         h->large_stash.size = m.size;
