@@ -85,15 +85,16 @@ constexpr Option kTable[] = {
     // per such span and a fault for each page carved later: low-memory's trade only (README
     // "Returning memory", span tails, has the numbers).
     {Id::kPurgeSpanTails, "BRISK_PURGE_SPAN_TAILS", {0, 0, 1}, 0, 1},
-    // Medium blocks are page runs inside 4 MiB chunks: a block of up to this size needs that
-    // many free pages in a row in one chunk, and on the producer/consumer workload the runs left
-    // between live blocks of 0.25-2 MiB were too short for the next big one (at chunk creation,
-    // tens of MiB free in the chunks, no run of the 20-30 pages wanted), which took fresh pages.
-    // Above this size a block is a mapping of its own (the large cache, and the thread's large
-    // stash, threadcache/medium.cc). 256k in every mode since the stash: balanced prodcons peak
-    // 129 -> 93 MiB and realloc 115 -> 86 MiB, both faster; before it, MMtest strings-raw took
-    // 1.11x the time on 10 threads at the cache's lock (README "Returning memory").
-    {Id::kMediumMax, "BRISK_MEDIUM_MAX", {256 * KiB, 256 * KiB, 256 * KiB}, 64 * KiB, 2 * MiB},
+    // Medium blocks are page runs inside 4 MiB chunks: a block of up to 2 MiB needs that many
+    // free pages in a row in one chunk, and on the producer/consumer and realloc-chain workloads
+    // the runs left between live blocks were too short for the next big one, which took fresh
+    // pages. Above this size a block is a mapping of its own (the large cache). Low-memory at
+    // 512k: prodcons peak 78 -> 54 MiB, realloc 64 -> 50, with fewer faults and no time lost;
+    // balanced keeps 2m, since at 512k realloc took 1.09x its time, and at 256k (with the large
+    // stash) 1.44x at full scale: a buffer past the limit grows by mremap, a system call and
+    // fresh pages per step, where a medium block claims the resident free pages next to it
+    // (README "Returning memory").
+    {Id::kMediumMax, "BRISK_MEDIUM_MAX", {2 * MiB, 2 * MiB, 512 * KiB}, 64 * KiB, 2 * MiB},
     // A freed medium block's page run stays with its thread, up to kMediumCacheSlots runs of
     // this many bytes in all, for the thread's next medium block (threadcache/medium.cc): a run
     // given back to its chunk and claimed again costs two compare-and-swaps on the chunk's page

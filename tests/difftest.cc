@@ -116,7 +116,7 @@ Options g_options;
 
 constexpr size_t kKiB = 1024, kMiB = 1024 * 1024;
 constexpr size_t kSmallMax = 64 * kKiB;   // size classes
-constexpr size_t kMediumDefault = 256 * kKiB;  // BRISK_MEDIUM_MAX in every mode
+constexpr size_t kMediumLowMemory = 512 * kKiB;  // BRISK_MEDIUM_MAX in low-memory mode
 constexpr size_t kMediumMax = 2 * kMiB;   // its compile-time bound; above: large mappings
 constexpr size_t kLargeMax = 10 * kMiB;   // the largest block the test asks for
 // Blocks up to this size carry the pattern in every byte; larger ones in sampled regions.
@@ -309,7 +309,7 @@ size_t RandomSize(Rng& rng) {
   if (r < 982) return kSmallMax + 1 + rng.Below(kMediumMax - kSmallMax);
   if (r < 994) return kMediumMax + 1 + rng.Below(kLargeMax - kMediumMax);
   static constexpr size_t kEdges[] = {1, 16, 17, 1024, kSmallMax - 1, kSmallMax, kSmallMax + 1,
-                                      kMediumDefault - 1, kMediumDefault, kMediumDefault + 1,
+                                      kMediumLowMemory - 1, kMediumLowMemory, kMediumLowMemory + 1,
                                       kMediumMax - 1, kMediumMax, kMediumMax + 1, 4 * kMiB};
   return kEdges[rng.Below(sizeof kEdges / sizeof kEdges[0])];
 }

@@ -106,9 +106,8 @@ TEST(MediumCache, AGrowingReallocKeepsTheRunsSparePagesAndAShrinkingOneGivesThem
 TEST(MediumCache, ARunOfMoreThanHalfTheBudgetIsNotKept) {
   if (!CacheOn()) GTEST_SKIP() << "low-memory keeps no medium cache";
   const auto budget = static_cast<std::size_t>(brisk::options::get(brisk::options::Id::kMediumCacheBytes));
-  // With the modes' values (a budget of at least 2 MiB, medium blocks up to 256 KiB) no medium
-  // block is bigger than half the budget: the test command runs this test again with
-  // BRISK_MEDIUM_CACHE_BYTES=256k (medium_cache_small_budget_test).
+  // Speed mode's budget (8 MiB) is more than twice the largest medium block: the test command
+  // runs this test again with BRISK_MEDIUM_CACHE_BYTES=256k (medium_cache_small_budget_test).
   const auto medium_max = static_cast<std::size_t>(brisk::options::get(brisk::options::Id::kMediumMax));
   if (budget / 2 + kPage > medium_max) GTEST_SKIP() << "no medium block is bigger than half this budget";
   std::thread([budget] {

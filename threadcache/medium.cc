@@ -150,9 +150,11 @@ void medium_freed(Heap* h, Span* s) {
 
 namespace {
 
-// The large stash: the mapping of the last large block a thread freed, if its user part is at
-// most the medium cache's budget, kept for the thread's next large block, which takes it when
-// it fits and uses at least half of it (large_alloc_from). Under the heap's slow lock, which
+// The large stash: the mapping of the last large block a thread allocated and freed, if its
+// user part is at most the medium cache's budget and kMediumMax (a size that could have been a
+// medium block: with the modes' BRISK_MEDIUM_MAX, none is, and the stash serves a program that
+// sets it lower), kept for the thread's next large block, which takes it when it fits and uses
+// at least half of it (large_alloc_from). Under the heap's slow lock, which
 // only its owner takes but for the flushes (medium_cache_flush), so neither side waits in
 // practice; the cache's lock is not taken. A program that replaces a buffer of a few hundred KiB
 // with a slightly bigger one (a growing string: MMtest strings) frees and takes a mapping per
@@ -195,7 +197,8 @@ void large_free_here(void* p, LargeHeader* lh) {
     {
       HeapSlowLock lock(h);
       LargeMapping m;
-      stashed = large_free_to(p, lh, medium_cache_budget(h), h, &m);
+      const std::size_t budget = medium_cache_budget(h);
+      stashed = large_free_to(p, lh, budget < kMediumMax ? budget : kMediumMax, h, &m);
       if (stashed) {
         old = stash_take(h);
         h->large_stash.size = m.size;
