@@ -92,8 +92,8 @@ class alignas(BRISK_CACHELINE) Heap {
   Span* medium_cache[kMediumCacheSlots] = {};
   std::uint8_t medium_cache_count = 0;
   std::size_t medium_cache_bytes = 0;
-  // The large stash (medium.cc): the mapping of the last large block this thread freed, kept
-  // for its next one; under slow_lock. The owner also reads large_stash.base without the lock,
+  // The large stash (medium.cc): the mapping of the last large block of at most kMediumMax
+  // that this thread allocated and freed, kept for its next one; under slow_lock. The owner also reads large_stash.base without the lock,
   // as a hint that there is one (stored as a relaxed atomic: the background thread empties the
   // stash of an idle heap).
   LargeMapping large_stash;

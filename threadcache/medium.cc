@@ -171,9 +171,9 @@ LargeMapping stash_take(Heap* h) {
 
 void* large_alloc_here(std::size_t size, std::size_t alignment, bool zero) {
   Heap* h = t_heap;
-  // A thread's first block may be a large one: it gets its heap here, as its first medium block
-  // would, so that the block can come back to its stash.
-  if (h == &g_sentinel_heap) h = heap_for_this_thread();
+  // A thread's first block may be a large one that its stash could hold: it gets its heap here,
+  // as its first medium block would, so that the block can come back to the stash.
+  if (h == &g_sentinel_heap && size <= kMediumMax) h = heap_for_this_thread();
   if (h == nullptr || !heap_is_attached(h)) return large_alloc(size, alignment, zero);
   if (alignment <= kMinAlign && load_shared(h->large_stash.base) != nullptr) {
     HeapSlowLock lock(h);
@@ -191,7 +191,9 @@ void* large_alloc_here(std::size_t size, std::size_t alignment, bool zero) {
 // of others (a consumer) would only hold one back from the threads that allocate them.
 void large_free_here(void* p, LargeHeader* lh) {
   Heap* h = t_heap;
-  if (heap_is_attached(h) && h->serving) {
+  // The header is read before the lock to leave every other large free as it was (the block
+  // is the caller's to free); large_free_to checks it again.
+  if (heap_is_attached(h) && h->serving && lh->owner == h && lh->map_size - kOsPageSize <= kMediumMax) {
     bool stashed;
     LargeMapping old;
     {
