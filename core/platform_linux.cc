@@ -101,27 +101,15 @@ bool barrier_all_threads() {
   return done;
 }
 
-std::size_t resident_bytes(void* p, std::size_t size) {
-  // One vector byte per page; 4096 of them cover 16 MiB per call. mincore only reads page
-  // tables: unlike madvise or munmap it flushes no TLB, which in a VM costs an interrupt to
-  // every other CPU.
-  unsigned char vec[4096];
-  std::size_t resident = 0;
-  stats::g.os_resident_calls.fetch_add(1, std::memory_order_relaxed);
-  char* c = static_cast<char*>(p);
-  for (std::size_t done = 0; done < size;) {
-    std::size_t window = size - done;
-    if (window > sizeof vec * kOsPageSize) window = sizeof vec * kOsPageSize;
-    if (mincore(c + done, window, vec) != 0) return size;  // unknown: assume all resident
-    std::size_t pages = window / kOsPageSize;
-    for (std::size_t i = 0; i < pages; ++i) resident += vec[i] & 1;
-    done += window;
-  }
-  return resident * kOsPageSize;
-}
+namespace {
 
-void zero_pages(void* p, std::size_t size) {
-  BRISK_ASSERT(reinterpret_cast<std::uintptr_t>(p) % kOsPageSize == 0 && size % kOsPageSize == 0);
+// Calls run(start, bytes, resident) for each maximal run of [p, p+size) whose pages are all
+// resident or all not, in address order (mincore). One vector byte per page; 4096 of them cover
+// 16 MiB per call. mincore only reads page tables: unlike madvise or munmap it flushes no TLB,
+// which in a VM costs an interrupt to every other CPU. Where mincore fails, its window counts as
+// resident (unknown: the callers then do what is safe for resident pages).
+template <typename Run>
+void for_each_resident_run(void* p, std::size_t size, Run run) {
   unsigned char vec[4096];
   stats::g.os_resident_calls.fetch_add(1, std::memory_order_relaxed);
   char* c = static_cast<char*>(p);
@@ -130,8 +118,8 @@ void zero_pages(void* p, std::size_t size) {
     if (window > sizeof vec * kOsPageSize) window = sizeof vec * kOsPageSize;
     char* w = c + done;
     done += window;
-    if (mincore(w, window, vec) != 0) {  // unknown: write every page
-      std::memset(w, 0, window);
+    if (mincore(w, window, vec) != 0) {
+      run(w, window, true);
       continue;
     }
     const std::size_t pages = window / kOsPageSize;
@@ -139,11 +127,26 @@ void zero_pages(void* p, std::size_t size) {
       const unsigned char resident = vec[i] & 1;
       std::size_t j = i + 1;
       while (j < pages && (vec[j] & 1) == resident) ++j;
-      if (resident != 0) std::memset(w + i * kOsPageSize, 0, (j - i) * kOsPageSize);
-      else decommit(w + i * kOsPageSize, (j - i) * kOsPageSize);
+      run(w + i * kOsPageSize, (j - i) * kOsPageSize, resident != 0);
       i = j;
     }
   }
+}
+
+}  // namespace
+
+std::size_t resident_bytes(void* p, std::size_t size) {
+  std::size_t resident = 0;
+  for_each_resident_run(p, size, [&](char*, std::size_t bytes, bool in) { resident += in ? bytes : 0; });
+  return resident;
+}
+
+void zero_pages(void* p, std::size_t size) {
+  BRISK_ASSERT(reinterpret_cast<std::uintptr_t>(p) % kOsPageSize == 0 && size % kOsPageSize == 0);
+  for_each_resident_run(p, size, [](char* run, std::size_t bytes, bool in) {
+    if (in) std::memset(run, 0, bytes);
+    else decommit(run, bytes);
+  });
 }
 
 namespace {
