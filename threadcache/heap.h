@@ -93,9 +93,9 @@ class alignas(BRISK_CACHELINE) Heap {
   std::uint8_t medium_cache_count = 0;
   std::size_t medium_cache_bytes = 0;
   // The large stash (medium.cc): the mapping of the last large block of at most kMediumMax
-  // that this thread allocated and freed, kept for its next one; under slow_lock. The owner also reads large_stash.base without the lock,
-  // as a hint that there is one (stored as a relaxed atomic: the background thread empties the
-  // stash of an idle heap).
+  // that this thread allocated and freed, kept for its next one; under slow_lock. The owner
+  // also reads large_stash.base without the lock, as a hint that there is one (stored as a
+  // relaxed atomic: the background thread empties the stash of an idle heap).
   LargeMapping large_stash;
   // The foreign cache (foreign_cache.h): other heaps' small blocks this thread freed, one chain
   // per class, kept for this thread's next allocations. foreign_bytes is written as a relaxed

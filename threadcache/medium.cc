@@ -191,16 +191,18 @@ void* large_alloc_here(std::size_t size, std::size_t alignment, bool zero) {
 // of others (a consumer) would only hold one back from the threads that allocate them.
 void large_free_here(void* p, LargeHeader* lh) {
   Heap* h = t_heap;
-  // The header is read before the lock to leave every other large free as it was (the block
-  // is the caller's to free); large_free_to checks it again.
-  if (heap_is_attached(h) && h->serving && lh->owner == h && lh->map_size - kOsPageSize <= kMediumMax) {
+  if (heap_is_attached(h) && h->serving) {
+    const std::size_t budget = medium_cache_budget(h);
+    const std::size_t limit = budget < kMediumMax ? budget : kMediumMax;
+    // The header is read before the lock, so that every other large free takes no lock of the
+    // heap's (the block is the caller's to free); large_free_to checks it again.
+    if (lh->owner != h || lh->map_size - kOsPageSize > limit) return large_free(p, lh);
     bool stashed;
     LargeMapping old;
     {
       HeapSlowLock lock(h);
       LargeMapping m;
-      const std::size_t budget = medium_cache_budget(h);
-      stashed = large_free_to(p, lh, budget < kMediumMax ? budget : kMediumMax, h, &m);
+      stashed = large_free_to(p, lh, limit, h, &m);
       if (stashed) {
         old = stash_take(h);
         h->large_stash.size = m.size;
