@@ -88,13 +88,15 @@ constexpr Option kTable[] = {
     // Medium blocks are page runs inside 4 MiB chunks: a block of up to 2 MiB needs that many
     // free pages in a row in one chunk, and on the producer/consumer and realloc-chain workloads
     // the runs left between live blocks were too short for the next big one, which took fresh
-    // pages. Above this size a block is a mapping of its own (the large cache). Low-memory at
-    // 512k: prodcons peak 78 -> 54 MiB, realloc 64 -> 50, with fewer faults and no time lost;
-    // balanced keeps 2m, since at 512k realloc took 1.09x its time, and at 256k (with the large
-    // stash) 1.44x at full scale: a buffer past the limit grows by mremap, a system call and
-    // fresh pages per step, where a medium block claims the resident free pages next to it
-    // (README "Returning memory").
-    {Id::kMediumMax, "BRISK_MEDIUM_MAX", {2 * MiB, 2 * MiB, 512 * KiB}, 64 * KiB, 2 * MiB},
+    // pages. Above this size a block is a mapping of its own (the large cache, and the thread's
+    // large stash). Low-memory at 512k: prodcons peak 78 -> 54 MiB, realloc 64 -> 50, with fewer
+    // faults and no time lost. Speed and balanced at 1m (from 2m; Intel VM, 2026-12-03):
+    // prodcons at full scale 0.943 [0.899, 0.981] of the time at 128 MiB instead of 167, the
+    // rest of both suites level (README "Returning memory"). Not lower: at 512k realloc took
+    // 1.09x its time, and at 256k 1.44x at full scale, as a buffer past the limit grows by
+    // mremap, a system call and fresh pages per step, where a medium block claims the resident
+    // free pages next to it; realloc-chain's buffers stop at 1 MiB.
+    {Id::kMediumMax, "BRISK_MEDIUM_MAX", {1 * MiB, 1 * MiB, 512 * KiB}, 64 * KiB, 2 * MiB},
     // A freed medium block's page run stays with its thread, up to kMediumCacheSlots runs of
     // this many bytes in all, for the thread's next medium block (threadcache/medium.cc): a run
     // given back to its chunk and claimed again costs two compare-and-swaps on the chunk's page

@@ -325,8 +325,9 @@ TEST(LargeCache, CallocOfAPartlyWrittenCachedMappingZeroesItsResidentPagesInPlac
 // The large stash (threadcache/medium.cc): a thread's last freed large mapping, of at most the
 // medium cache's budget (2 MiB in balanced mode, none in low-memory) and 2 MiB, serves its next
 // large block that fits and uses at least half of it, without the cache's lock; a thread's exit
-// gives it to the cache, where another thread finds it. Such blocks are large only below the
-// modes' BRISK_MEDIUM_MAX: the test command runs this test with BRISK_MEDIUM_MAX=256k
+// gives it to the cache, where another thread finds it. The test's 1 MiB block is medium at
+// the modes' BRISK_MEDIUM_MAX (1m), and a large block that uses less than half of a 2 MiB
+// mapping cannot exist there: the test command runs this test with BRISK_MEDIUM_MAX=256k
 // (large_stash_test).
 TEST(LargeStash, AThreadTakesBackItsLastFreedMappingWithoutTheCacheLock) {
   constexpr std::size_t kSize = 1 << 20;
@@ -542,7 +543,7 @@ TEST(MediumRealloc, MovesWhenTheNeighbourIsTaken) {
 }
 
 
-// BRISK_MEDIUM_MAX (2m balanced, 512k low-memory): a block above it is a mapping of its own, so a
+// BRISK_MEDIUM_MAX (1m balanced, 512k low-memory): a block above it is a mapping of its own, so a
 // big block does not need a long run of free pages in a chunk. Switching moves the next
 // allocation; realloc across the limit moves a block, keeping its contents, and a large block
 // grows as a large block.
