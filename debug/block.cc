@@ -205,7 +205,8 @@ DebugHeap* heap_of(const Header* h) {
 }
 
 // What is wrong with a live block's own bytes (header, guard, canary), or nullptr. *mix, when
-// asked for and the header is sound: its verified mix_of (mark_freed's input).
+// asked for: the header's mix_of as read, verified against its checksum unless the header is
+// the problem (mark_freed's input either way).
 const char* damage_of(const Header* h, FillDamage* damage, std::uint64_t* mix = nullptr) {
   const std::uint64_t m = mix_of(h);
   if (mix != nullptr) *mix = m;
