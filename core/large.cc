@@ -278,6 +278,35 @@ char* cache_take(std::size_t need, bool zero, std::size_t* size, bool* clean) {
   return start;
 }
 
+// The first `bytes` of the cached entry that starts at `at`, taken out of the cache for a block
+// that ends at `at` to grow into: true when there is such an entry of at least that size (its
+// rest stays cached). The pages come as the entry holds them: resident with old contents when
+// it is dirty, which realloc's new bytes may hold, and no system call. Without this a large
+// block could almost never grow in place: the space after it is the cached rest of the mapping
+// it was carved from, so mremap in place failed and the block moved to fresh pages (a buffer
+// growing from 8 B to 4 MiB in steps of 1/16 to 1/2, 8 at a time: 508,524 page faults where
+// jemalloc took 10,356).
+bool cache_take_adjacent(char* at, std::size_t bytes) {
+  if (g_cache_entries.load(std::memory_order_relaxed) == 0) return false;
+  LockGuard g(g_lock);
+  for (unsigned i = 0; i < g_cache_used; ++i) {
+    if (g_cache[i].base != at) continue;
+    if (g_cache[i].size < bytes) return false;
+    CacheEntry e = remove_entry(i);
+    if (e.size > bytes) {
+      // The piece after keeps e's age and what it can hold of e's dirty bytes; its first page,
+      // which a carve never hands out as user bytes, is one e counted dirty or held clean.
+      CacheEntry rest = piece_of(e, at + bytes, e.size - bytes);
+      g_cache_bytes += rest.size;
+      g_dirty_bytes += rest.dirty;
+      stats::add(&stats::Stripe::large_bytes_cached, static_cast<std::int64_t>(rest.size));
+      append_entry(rest);
+    }
+    return true;
+  }
+  return false;
+}
+
 // Caches a freed mapping as it is, making room first: past the entry count or the address
 // budget the oldest entries are unmapped, past the dirty budget the oldest dirty ones are
 // decommitted. False if it cannot be cached at all (the caller unmaps it).
@@ -496,6 +525,13 @@ void* large_realloc(void* p, LargeHeader* h, std::size_t new_size) {
       stats::add(&stats::Stripe::large_bytes_mapped, -static_cast<std::int64_t>(old - need));
       stats::add(&stats::Stripe::large_bytes_in_use, -static_cast<std::int64_t>(old - need));
     }
+    return p;
+  }
+  // The cached space right after the mapping, else the kernel's (only a default-aligned
+  // mapping's neighbours are cached).
+  if (h->alignment == kChunkSize && cache_take_adjacent(base + old, need - old)) {
+    h->map_size = need;
+    stats::add(&stats::Stripe::large_bytes_in_use, static_cast<std::int64_t>(need - old));
     return p;
   }
   if (platform::remap_in_place(base, old, need)) {

@@ -432,8 +432,41 @@ void NewcomerTakesTheRegion(void* old_p) {
   region_set(reinterpret_cast<std::uintptr_t>(old_p), g_newcomer_kind);
 }
 
-TEST(LargeRealloc, AMoveLeavesTheVacatedRegionToItsNextOwner) {
+// A large block grows into the cached space right after its mapping, without a system call:
+// a block carved from the front of a fresh mapping has the rest of it cached there, which made
+// mremap in place fail and every growth move to fresh pages.
+TEST(LargeRealloc, GrowsInPlaceIntoTheCachedSpaceAfterIt) {
+  brisk_thread_collect();  // an empty cache: the block comes from a fresh mapping
   constexpr std::size_t kSize = 3 << 20;
+  auto* p = static_cast<char*>(brisk_malloc(kSize));
+  ASSERT_NE(p, nullptr);
+  brisk_test::Fill(p, kSize, 7);
+  const auto cached = static_cast<std::int64_t>(stats::sum(&stats::Stripe::large_bytes_cached));
+  ASSERT_GT(cached, std::int64_t{6} << 20) << "the rest of the fresh mapping is cached";
+  OsCalls before;
+  auto* q = static_cast<char*>(brisk_realloc(p, 5 << 20));
+  ASSERT_EQ(q, p) << "grown in place";
+  std::memset(q + kSize, 0x33, (5 << 20) - kSize);
+  auto* r = static_cast<char*>(brisk_realloc(q, 9 << 20));
+  ASSERT_EQ(r, p) << "and again";
+  OsCalls after;
+  EXPECT_EQ(after.map, before.map) << "no mapping made";
+  EXPECT_EQ(after.unmap, before.unmap);
+  EXPECT_GE(brisk_usable_size(r), std::size_t{9} << 20);
+  EXPECT_LE(static_cast<std::int64_t>(stats::sum(&stats::Stripe::large_bytes_cached)), cached - (std::int64_t{6} << 20))
+      << "the growth came out of the cache";
+  EXPECT_TRUE(brisk_test::Verify(r, kSize, 7));
+  for (std::size_t i = kSize; i < (std::size_t{5} << 20); i += 4096) ASSERT_EQ(r[i], 0x33) << i;
+  std::memset(r + (5 << 20), 0x44, std::size_t{4} << 20);
+  brisk_free(r);
+  brisk_thread_collect();
+}
+
+TEST(LargeRealloc, AMoveLeavesTheVacatedRegionToItsNextOwner) {
+  // At least kMinGrow (64 MiB), and from an empty cache, so that no cached space lies after the
+  // mapping for it to grow into (growth is then mremap's).
+  brisk_thread_collect();
+  constexpr std::size_t kSize = 65 << 20;
   void* p = brisk_malloc(kSize);
   ASSERT_NE(p, nullptr);
   auto a = reinterpret_cast<std::uintptr_t>(p);
