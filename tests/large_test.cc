@@ -462,6 +462,36 @@ TEST(LargeRealloc, GrowsInPlaceIntoTheCachedSpaceAfterIt) {
   brisk_thread_collect();
 }
 
+// A block that realloc grows past 256 KiB and must move becomes a large block even below
+// BRISK_MEDIUM_MAX, and then grows in place; malloc of the same size still makes a medium block.
+TEST(LargeRealloc, ABlockGrownPast256KiBBecomesLargeAndKeepsGrowingInPlace) {
+  brisk_thread_collect();
+  if (static_cast<std::size_t>(options::get(options::Id::kMediumMax)) < (std::size_t{512} << 10))
+    GTEST_SKIP() << "BRISK_MEDIUM_MAX below 512 KiB";
+  auto* p = static_cast<char*>(brisk_malloc(100));
+  ASSERT_NE(p, nullptr);
+  brisk_test::Fill(p, 100, 3);
+  auto* q = static_cast<char*>(brisk_realloc(p, 300 << 10));  // a small block must move
+  ASSERT_NE(q, nullptr);
+  EXPECT_TRUE(region_is_large(region_kind(reinterpret_cast<std::uintptr_t>(q)))) << "grown: large";
+  EXPECT_TRUE(brisk_test::Verify(q, 100, 3));
+  std::memset(q + 100, 0x21, (300 << 10) - 100);
+  auto* r = static_cast<char*>(brisk_realloc(q, 480 << 10));
+  EXPECT_EQ(r, q) << "grown in place";
+  EXPECT_TRUE(brisk_test::Verify(r, 100, 3));
+  for (std::size_t i = 100; i < (std::size_t{300} << 10); i += 1000) ASSERT_EQ(r[i], 0x21) << i;
+  void* m = brisk_malloc(300 << 10);
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(region_kind(reinterpret_cast<std::uintptr_t>(m)), kRegionChunk) << "malloc: medium";
+  auto* s = static_cast<char*>(brisk_realloc(r, 200 << 10));  // below 256 KiB: back to a span
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(region_kind(reinterpret_cast<std::uintptr_t>(s)), kRegionChunk) << "shrunk: medium";
+  EXPECT_TRUE(brisk_test::Verify(s, 100, 3));
+  brisk_free(m);
+  brisk_free(s);
+  brisk_thread_collect();
+}
+
 TEST(LargeRealloc, AMoveLeavesTheVacatedRegionToItsNextOwner) {
   // At least kMinGrow (64 MiB), and from an empty cache, so that no cached space lies after the
   // mapping for it to grow into (growth is then mremap's).
