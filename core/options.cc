@@ -92,10 +92,11 @@ constexpr Option kTable[] = {
     // large stash). Low-memory at 512k: prodcons peak 78 -> 54 MiB, realloc 64 -> 50, with fewer
     // faults and no time lost. Speed and balanced at 1m (from 2m; Intel VM, 2026-12-03):
     // prodcons at full scale 0.943 [0.899, 0.981] of the time at 128 MiB instead of 167, the
-    // rest of both suites level (README "Returning memory"). Not lower: at 512k realloc took
-    // 1.09x its time, and at 256k 1.44x at full scale, as a buffer past the limit grows by
-    // mremap, a system call and fresh pages per step, where a medium block claims the resident
-    // free pages next to it; realloc-chain's buffers stop at 1 MiB.
+    // rest of both suites level (README "Returning memory"). Not lower: at 256k prodcons took
+    // 1.084 [1.010, 1.118] of the time at full scale (the large path's one lock and 4 MiB
+    // carving cost more than a chunk's page run for blocks malloc makes). A block that realloc
+    // grows past 256 KiB becomes large whatever this says (override/entry.cc's grow_elsewhere):
+    // a large block grows into the cached space after it without a copy.
     {Id::kMediumMax, "BRISK_MEDIUM_MAX", {1 * MiB, 1 * MiB, 512 * KiB}, 64 * KiB, 2 * MiB},
     // A freed medium block's page run stays with its thread, up to kMediumCacheSlots runs of
     // this many bytes in all, for the thread's next medium block (threadcache/medium.cc): a run

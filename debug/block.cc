@@ -103,36 +103,6 @@ BRISK_ALWAYS_INLINE std::uint32_t capture(int skip, Site site) {
 
 char* user_of(const Header* h) { return reinterpret_cast<char*>(const_cast<Header*>(h)) + kHeaderBytes; }
 
-// Each field rotated by its own amount (a bijection), xored: a change to any one field changes
-// the result, and rotations not a multiple of 8 keep a byte pattern written over the header
-// from cancelling out. One multiply at the end (finish) spreads every bit over the upper half.
-// A chain of a multiply per field cost 49 instructions each. Each field is loaded as it is
-// stored: an 8-byte load of two 4-byte fields just written cannot be forwarded from the stores
-// and stalled (perf: half of the function's time on one such load).
-//
-// Rotation distributes over xor, so the mix is the xor of a part for the fields a free sets
-// (free_thread, free_stack, state: free_mix) and a part for the rest, fixed at allocation. A
-// free that has just verified the checksum turns the verified mix into the freed block's with
-// two free_mix terms, instead of a third pass over the header (mark_freed). Always inlined:
-// at allocation the compiler takes the fields from the registers it stored them from.
-BRISK_ALWAYS_INLINE std::uint64_t rot(std::uint64_t v, int bits) { return (v << bits) | (v >> (64 - bits)); }
-BRISK_ALWAYS_INLINE std::uint64_t free_mix(std::uint32_t free_thread, std::uint32_t free_stack, State state) {
-  return rot(free_thread, 44) ^ rot(free_stack, 55) ^ rot(static_cast<std::uint8_t>(state), 5);
-}
-BRISK_ALWAYS_INLINE std::uint64_t mix_of(const Header* h) {
-  std::uint64_t fixed_flags =
-      (std::uint64_t{h->edges_only} << 16) | (std::uint64_t{static_cast<std::uint8_t>(h->kind)} << 8);
-  return reinterpret_cast<std::uintptr_t>(h->underlying) ^ rot(reinterpret_cast<std::uintptr_t>(h->heap), 11) ^
-         rot(h->user_size, 22) ^ rot(h->sequence, 33) ^ rot(std::uint64_t{h->alloc_thread} << 32, 44) ^
-         rot(std::uint64_t{h->alloc_stack} << 32, 55) ^ rot(fixed_flags, 5) ^
-         free_mix(h->free_thread, h->free_stack, h->state);
-}
-BRISK_ALWAYS_INLINE std::uint32_t finish(std::uint64_t mix) {
-  return static_cast<std::uint32_t>((mix * 0x9E3779B97F4A7C15ull) >> 32);
-}
-BRISK_ALWAYS_INLINE std::uint32_t checksum_of(const Header* h) { return finish(mix_of(h)); }
-BRISK_ALWAYS_INLINE void seal(Header* h) { h->checksum = checksum_of(h); }
-
 std::uint64_t load_check(const Header* h) {
   return std::atomic_ref<std::uint64_t>(const_cast<Header*>(h)->check).load(std::memory_order_relaxed);
 }
@@ -210,7 +180,7 @@ DebugHeap* heap_of(const Header* h) {
 const char* damage_of(const Header* h, FillDamage* damage, std::uint64_t* mix = nullptr) {
   const std::uint64_t m = mix_of(h);
   if (mix != nullptr) *mix = m;
-  if (finish(m) != h->checksum) {
+  if (mix_checksum(m) != h->checksum) {
     damage->first_offset = 0;
     damage->range_count = 0;
     damage->more_ranges = false;
@@ -556,7 +526,7 @@ void mark_freed(DebugHeap* d, Header* h, std::uint64_t mix, std::uint32_t stack,
   h->free_stack = stack;
   unlink_live(d, h);
   h->state = state;
-  h->checksum = finish(mix);
+  h->checksum = mix_checksum(mix);
   BRISK_ASSERT(h->checksum == checksum_of(h));
 }
 
