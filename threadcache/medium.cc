@@ -152,9 +152,10 @@ namespace {
 
 // The large stash: the mapping of the last large block a thread allocated and freed, if its
 // user part is at most the medium cache's budget and kMediumMax (a size that could have been a
-// medium block: with the modes' BRISK_MEDIUM_MAX, none is, and the stash serves a program that
-// sets it lower), kept for the thread's next large block, which takes it when it fits and uses
-// at least half of it (large_alloc_from). Under the heap's slow lock, which
+// medium block: 1-2 MiB at the speed and balanced BRISK_MEDIUM_MAX, a buffer that realloc grew
+// past 256 KiB, or anything above a BRISK_MEDIUM_MAX set lower; low-memory's budget is 0),
+// kept for the thread's next large block, which takes it when it fits and uses at least half of
+// it (large_alloc_from). Under the heap's slow lock, which
 // only its owner takes but for the flushes (medium_cache_flush), so neither side waits in
 // practice; the cache's lock is not taken. A program that replaces a buffer of a few hundred KiB
 // with a slightly bigger one (a growing string: MMtest strings) frees and takes a mapping per

@@ -15,19 +15,17 @@
 #include <string>
 #include <vector>
 
+#include "cli.h"
+
 namespace {
 
-[[noreturn]] void usage(const char* message) {
-  std::fprintf(stderr, "brisk-grow-loop: %s (usage: brisk-grow-loop [--buffers N] [--max-kib N] [--steps N])\n",
-               message);
-  std::exit(2);
-}
+constexpr const char* kTool = "brisk-grow-loop";
+constexpr const char* kSynopsis = "[--buffers N] [--max-kib N] [--steps N]";
+
+[[noreturn]] void usage(const std::string& message) { brisk::bench::usage(kTool, kSynopsis, message); }
 
 unsigned long parse(const char* name, const char* text) {
-  char* end = nullptr;
-  unsigned long v = std::strtoul(text, &end, 10);
-  if (*text == '\0' || *end != '\0' || v == 0 || v > 100000000) usage((std::string(name) + " wants a whole number from 1 to 100000000").c_str());
-  return v;
+  return brisk::bench::parse_count(kTool, kSynopsis, name, text, 100000000);
 }
 
 struct Buffer {

@@ -17,19 +17,17 @@
 #include <string>
 #include <vector>
 
+#include "cli.h"
+
 namespace {
 
-[[noreturn]] void usage(const char* message) {
-  std::fprintf(stderr, "brisk-large-loop: %s (usage: brisk-large-loop [--buffers N] [--min-mib N] [--max-mib N] [--steps N])\n",
-               message);
-  std::exit(2);
-}
+constexpr const char* kTool = "brisk-large-loop";
+constexpr const char* kSynopsis = "[--buffers N] [--min-mib N] [--max-mib N] [--steps N]";
+
+[[noreturn]] void usage(const std::string& message) { brisk::bench::usage(kTool, kSynopsis, message); }
 
 unsigned long parse(const char* name, const char* text) {
-  char* end = nullptr;
-  unsigned long v = std::strtoul(text, &end, 10);
-  if (*text == '\0' || *end != '\0' || v == 0 || v > 1000000) usage((std::string(name) + " wants a whole number from 1 to 1000000").c_str());
-  return v;
+  return brisk::bench::parse_count(kTool, kSynopsis, name, text, 1000000);
 }
 
 }  // namespace
