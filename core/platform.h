@@ -43,14 +43,17 @@ bool barrier_all_threads();
 
 // Bytes of [p, p+size) currently resident (mincore), counted in windows on the stack.
 std::size_t resident_bytes(void* p, std::size_t size);
-// Makes [p, p+size), a private anonymous range, read as zeros: each run of resident pages is
-// written with zeros, each run of the others decommitted. No resident page is dropped, so no
-// page of another CPU's TLB is shot down, none faults back in, and none that the program reads
-// before writing maps the shared zero page and then faults again to be copied. Pages not
-// resident are decommitted rather than left alone because a swapped-out page is not resident
-// and still holds data; they have no page table entry to flush. One mincore per 16 MiB, one
-// madvise per run that is not resident.
+// Makes [p, p+size), a private anonymous range, read as zeros: each run of pages present in
+// RAM is written with zeros, each run of swapped-out pages decommitted, and pages never touched
+// since they were mapped or decommitted are left alone (they read as zeros already, and a memset
+// would fault each one in). No present page is dropped, so no page of another CPU's TLB is shot
+// down, none faults back in, and none that the program reads before writing maps the shared
+// zero page and then faults again to be copied. One read of /proc/self/pagemap per 2 MiB; where
+// it cannot be read, one mincore, which does not tell untouched from swapped out, so every page
+// not resident is then decommitted (one madvise per run).
 void zero_pages(void* p, std::size_t size);
+// Tests: true makes zero_pages use mincore as if pagemap could not be read.
+void disable_pagemap_for_test(bool disabled);
 
 // A coarse monotonic clock in milliseconds (vDSO, no system call): for purge decay and the
 // background thread only. A test may replace it (set_clock_for_test; nullptr restores it).

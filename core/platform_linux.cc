@@ -141,13 +141,100 @@ std::size_t resident_bytes(void* p, std::size_t size) {
   return resident;
 }
 
+namespace {
+
+// /proc/self/pagemap of the process that opened it: the pid in the upper half, the descriptor
+// (or kPagemapMissing: no /proc, or a kernel that refuses it) in the lower; 0 until first use.
+// A descriptor inherited through fork (or _Fork, or a clone that runs no atfork handler) still
+// reads its parent's page tables, so each use compares the pid (one getpid) and a child opens
+// its own, closing the inherited copy.
+constexpr std::uint32_t kPagemapMissing = 0xFFFFFFFEu;
+std::atomic<std::uint64_t> g_pagemap{0};
+std::atomic<bool> g_pagemap_disabled_for_test{false};
+
+// The descriptor, or -1 if pagemap cannot be read.
+int pagemap_fd() {
+  if (g_pagemap_disabled_for_test.load(std::memory_order_relaxed)) return -1;
+  const auto pid = static_cast<std::uint32_t>(getpid());
+  std::uint64_t seen = g_pagemap.load(std::memory_order_acquire);
+  for (;;) {
+    if (seen != 0 && (seen >> 32) == pid) {
+      const auto fd = static_cast<std::uint32_t>(seen);
+      return fd == kPagemapMissing ? -1 : static_cast<int>(fd);
+    }
+    const int saved_errno = errno;
+    const int opened = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    const std::uint64_t mine = (std::uint64_t{pid} << 32) | (opened >= 0 ? static_cast<std::uint32_t>(opened) : kPagemapMissing);
+    if (g_pagemap.compare_exchange_strong(seen, mine, std::memory_order_acq_rel)) {
+      // An inherited descriptor is this process's copy: closed here, once (the exchange).
+      if (seen != 0 && static_cast<std::uint32_t>(seen) != kPagemapMissing) close(static_cast<int>(static_cast<std::uint32_t>(seen)));
+      errno = saved_errno;
+      return opened;
+    }
+    if (opened >= 0) close(opened);  // another thread of this process opened it first
+    errno = saved_errno;
+  }
+}
+
+// pagemap's bits for one page (Documentation/admin-guide/mm/pagemap.rst): present in RAM, or
+// swapped out. Neither: not touched since it was mapped or last decommitted, so it reads as
+// zeros already. (A page only read maps the shared zero page, and counts as present.)
+constexpr std::uint64_t kPagePresent = std::uint64_t{1} << 63;
+constexpr std::uint64_t kPageSwapped = std::uint64_t{1} << 62;
+enum class PageState { kEmpty, kPresent, kSwapped };
+
+PageState page_state(std::uint64_t entry) {
+  if ((entry & kPagePresent) != 0) return PageState::kPresent;
+  return (entry & kPageSwapped) != 0 ? PageState::kSwapped : PageState::kEmpty;
+}
+
+// zero_pages for one window of at most kZeroWindow pages: pagemap says which pages are present,
+// swapped out, or untouched since they were mapped or decommitted (reading as zeros); one read.
+// Where it cannot be read, mincore says which are resident, and every other page is
+// decommitted, since mincore does not tell untouched from swapped out.
+constexpr std::size_t kZeroWindow = 512;  // pages: 2 MiB
+
+void zero_window(char* w, std::size_t pages) {
+  std::uint64_t entries[kZeroWindow];
+  bool mapped = false;
+  if (const int fd = pagemap_fd(); fd >= 0) {
+    stats::g.os_resident_calls.fetch_add(1, std::memory_order_relaxed);
+    const auto offset = static_cast<off_t>(reinterpret_cast<std::uintptr_t>(w) / kOsPageSize * sizeof(std::uint64_t));
+    const int saved_errno = errno;
+    mapped = pread(fd, entries, pages * sizeof(std::uint64_t), offset) == static_cast<ssize_t>(pages * sizeof(std::uint64_t));
+    errno = saved_errno;
+  }
+  if (!mapped) {
+    for_each_resident_run(w, pages * kOsPageSize, [](char* run, std::size_t bytes, bool in) {
+      if (in) std::memset(run, 0, bytes);
+      else decommit(run, bytes);
+    });
+    return;
+  }
+  for (std::size_t i = 0; i < pages;) {
+    const PageState state = page_state(entries[i]);
+    std::size_t j = i + 1;
+    while (j < pages && page_state(entries[j]) == state) ++j;
+    if (state == PageState::kPresent) std::memset(w + i * kOsPageSize, 0, (j - i) * kOsPageSize);
+    else if (state == PageState::kSwapped) decommit(w + i * kOsPageSize, (j - i) * kOsPageSize);
+    i = j;
+  }
+}
+
+}  // namespace
+
 void zero_pages(void* p, std::size_t size) {
   BRISK_ASSERT(reinterpret_cast<std::uintptr_t>(p) % kOsPageSize == 0 && size % kOsPageSize == 0);
-  for_each_resident_run(p, size, [](char* run, std::size_t bytes, bool in) {
-    if (in) std::memset(run, 0, bytes);
-    else decommit(run, bytes);
-  });
+  char* c = static_cast<char*>(p);
+  for (std::size_t done = 0; done < size;) {
+    std::size_t window = size - done;
+    if (window > kZeroWindow * kOsPageSize) window = kZeroWindow * kOsPageSize;
+    zero_window(c + done, window / kOsPageSize);
+    done += window;
+  }
 }
+
+void disable_pagemap_for_test(bool disabled) { g_pagemap_disabled_for_test.store(disabled, std::memory_order_relaxed); }
 
 namespace {
 std::atomic<std::uint64_t (*)()> g_test_clock{nullptr};

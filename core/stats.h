@@ -17,7 +17,7 @@ struct Counters {
   std::atomic<std::uint64_t> os_map_calls{0};
   std::atomic<std::uint64_t> os_unmap_calls{0};
   std::atomic<std::uint64_t> os_decommit_calls{0};
-  std::atomic<std::uint64_t> os_resident_calls{0};  // platform::resident_bytes (mincore)
+  std::atomic<std::uint64_t> os_resident_calls{0};  // residency queries: mincore, or a read of pagemap (zero_pages)
   std::atomic<std::uint64_t> heaps_live{0};
   std::atomic<std::uint64_t> heaps_total{0};
 };

@@ -10,6 +10,10 @@
 #include <cstring>
 #include <mutex>
 #include <thread>
+#include <vector>
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "core/platform.h"
 #include "tests/test_util.h"
@@ -55,6 +59,41 @@ TEST(MediumCache, AFreedMediumRunServesTheThreadsNextMediumBlock) {
     ASSERT_EQ(z, p);
     for (std::size_t i = 0; i < kBlock; ++i) ASSERT_EQ(static_cast<unsigned char*>(z)[i], 0) << "at " << i;
     brisk_free(z);
+  }).join();
+}
+
+// OS pages of [p, p + n) resident now, by mincore.
+std::size_t ResidentOsPages(const void* p, std::size_t n) {
+  const std::size_t os_page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  auto a = reinterpret_cast<std::uintptr_t>(p) & ~(os_page - 1);
+  const std::size_t pages = (reinterpret_cast<std::uintptr_t>(p) + n - a + os_page - 1) / os_page;
+  std::vector<unsigned char> vec(pages);
+  if (mincore(reinterpret_cast<void*>(a), pages * os_page, vec.data()) != 0) return pages;
+  std::size_t resident = 0;
+  for (unsigned char v : vec) resident += v & 1;
+  return resident;
+}
+
+// calloc of a run whose last block wrote a few OS pages zeroes those and touches no other: the
+// pages the block before never wrote read as zeros already. A memset of the whole block made
+// every one of them resident (prodcons: half of its page faults).
+TEST(MediumCache, CallocOfAReusedRunTouchesOnlyThePagesTheBlockBeforeWrote) {
+  if (!CacheOn()) GTEST_SKIP() << "low-memory keeps no medium cache";
+  std::thread([] {
+    constexpr std::size_t kSize = 4 * kPage - 4096;
+    auto* p = static_cast<unsigned char*>(brisk_malloc(kSize));
+    ASSERT_NE(p, nullptr);
+    // A fresh run: malloc wrote only the block's first word.
+    ASSERT_EQ(ResidentOsPages(p, kSize), 1u) << "a fresh run was expected";
+    p[100] = 1;                  // the block's first OS page (the free writes there too)
+    p[2 * kPage + 100] = 2;      // one OS page in its third 64 KiB page
+    brisk_free(p);
+    auto* z = static_cast<unsigned char*>(brisk_calloc(1, kSize));
+    ASSERT_EQ(z, p) << "the cached run was expected to serve the calloc";
+    EXPECT_EQ(ResidentOsPages(z, kSize), 2u) << "calloc wrote pages the block before never wrote";
+    for (std::size_t i = 0; i < kSize; ++i) ASSERT_EQ(z[i], 0) << "at " << i;
+    brisk_free(z);
+    brisk_thread_collect();
   }).join();
 }
 

@@ -3,12 +3,18 @@
 #include <brisk/brisk.h>
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 #include <thread>
 #include <vector>
 
 #include "core/platform.h"
+#include "core/stats.h"
 
 namespace brisk {
 namespace {
@@ -72,6 +78,87 @@ TEST(Platform, OutOfMemoryGivesEnomemAndKeepsOtherBlocks) {
   void* again = brisk_malloc(64 << 20);
   EXPECT_NE(again, nullptr);
   brisk_free(again);
+}
+
+
+// ---- zero_pages: what calloc of reused memory relies on ----------------------------------------
+
+constexpr std::size_t kOs = 4096;
+
+std::size_t ResidentPages(const void* p, std::size_t pages) {
+  std::vector<unsigned char> vec(pages);
+  if (mincore(const_cast<void*>(p), pages * kOs, vec.data()) != 0) return SIZE_MAX;
+  std::size_t n = 0;
+  for (unsigned char v : vec) n += v & 1;
+  return n;
+}
+
+std::size_t FirstNonZeroByte(const unsigned char* p, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i)
+    if (p[i] != 0) return i;
+  return SIZE_MAX;
+}
+
+bool PagemapReadable() {
+  int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  close(fd);
+  return true;
+}
+
+// Written pages are zeroed where they are (they stay resident), and pages never touched are
+// left alone: no memset faults them in, and no madvise is spent on them (pagemap tells them from
+// swapped-out pages, which mincore cannot). Without pagemap the untouched runs are decommitted,
+// one madvise each, and still nothing untouched becomes resident.
+void ZeroPagesCheck(bool use_pagemap) {
+  constexpr std::size_t kPages = 32;
+  platform::disable_pagemap_for_test(!use_pagemap);
+  auto* p = static_cast<unsigned char*>(platform::map(kPages * kOs));
+  ASSERT_NE(p, nullptr);
+  for (std::size_t page : {0, 5, 6, 20}) std::memset(p + page * kOs + 100, 0xEE, 200);
+  ASSERT_EQ(ResidentPages(p, kPages), 4u);
+  const std::uint64_t decommits = stats::g.os_decommit_calls.load();
+  platform::zero_pages(p, kPages * kOs);
+  const std::uint64_t spent = stats::g.os_decommit_calls.load() - decommits;
+  platform::disable_pagemap_for_test(false);
+  EXPECT_EQ(ResidentPages(p, kPages), 4u) << "zero_pages made untouched pages resident, or dropped written ones";
+  if (use_pagemap) EXPECT_EQ(spent, 0u) << "untouched pages were decommitted";
+  else EXPECT_EQ(spent, 3u) << "one madvise per untouched run: 1-4, 7-19, 21-31";
+  EXPECT_EQ(FirstNonZeroByte(p, kPages * kOs), SIZE_MAX);
+  platform::unmap(p, kPages * kOs);
+}
+
+TEST(PlatformZeroPages, WithPagemapPresentPagesAreZeroedAndUntouchedOnesLeftAlone) {
+  if (!PagemapReadable()) GTEST_SKIP() << "/proc/self/pagemap cannot be read here";
+  ZeroPagesCheck(true);
+}
+
+TEST(PlatformZeroPages, WithoutPagemapUntouchedRunsAreDecommitted) { ZeroPagesCheck(false); }
+
+// A fork child reads its own page tables: a page it wrote after the fork, which its parent never
+// touched, is zeroed. A descriptor of /proc/self/pagemap inherited from the parent reads the
+// parent's, where that page is untouched, and the child's calloc would have kept its data.
+TEST(PlatformZeroPages, AForkChildZeroesThePagesItWrote) {
+  if (!PagemapReadable()) GTEST_SKIP() << "/proc/self/pagemap cannot be read here";
+  constexpr std::size_t kPages = 8;
+  auto* warm = static_cast<unsigned char*>(platform::map(kOs));
+  ASSERT_NE(warm, nullptr);
+  platform::zero_pages(warm, kOs);  // the parent opens pagemap
+  auto* p = static_cast<unsigned char*>(platform::map(kPages * kOs));
+  ASSERT_NE(p, nullptr);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::memset(p + 3 * kOs, 0x5A, kOs);
+    platform::zero_pages(p, kPages * kOs);
+    _exit(FirstNonZeroByte(p, kPages * kOs) == SIZE_MAX ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's zero_pages left its own write in place";
+  platform::unmap(p, kPages * kOs);
+  platform::unmap(warm, kOs);
 }
 
 }  // namespace
