@@ -48,12 +48,15 @@ std::size_t resident_bytes(void* p, std::size_t size);
 // since they were mapped or decommitted are left alone (they read as zeros already, and a memset
 // would fault each one in). No present page is dropped, so no page of another CPU's TLB is shot
 // down, none faults back in, and none that the program reads before writing maps the shared
-// zero page and then faults again to be copied. One read of /proc/self/pagemap per 2 MiB; where
-// it cannot be read, one mincore, which does not tell untouched from swapped out, so every page
-// not resident is then decommitted (one madvise per run).
+// zero page and then faults again to be copied. One mincore per 2 MiB, and where it finds pages
+// not resident one read of /proc/self/pagemap to tell untouched from swapped out; where pagemap
+// cannot be read, every page not resident is decommitted (one madvise per run).
 void zero_pages(void* p, std::size_t size);
-// Tests: true makes zero_pages use mincore as if pagemap could not be read.
+// Tests: true makes zero_pages decommit every page mincore finds not resident, as if pagemap
+// could not be read. pagemap_descriptor_for_test: the descriptor zero_pages would read now
+// (opened, checked or opened again as zero_pages does), or -1.
 void disable_pagemap_for_test(bool disabled);
+int pagemap_descriptor_for_test();
 
 // A coarse monotonic clock in milliseconds (vDSO, no system call): for purge decay and the
 // background thread only. A test may replace it (set_clock_for_test; nullptr restores it).

@@ -5,10 +5,12 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -135,30 +137,51 @@ TEST(PlatformZeroPages, WithPagemapPresentPagesAreZeroedAndUntouchedOnesLeftAlon
 
 TEST(PlatformZeroPages, WithoutPagemapUntouchedRunsAreDecommitted) { ZeroPagesCheck(false); }
 
-// A fork child reads its own page tables: a page it wrote after the fork, which its parent never
-// touched, is zeroed. A descriptor of /proc/self/pagemap inherited from the parent reads the
-// parent's, where that page is untouched, and the child's calloc would have kept its data.
-TEST(PlatformZeroPages, AForkChildZeroesThePagesItWrote) {
+// The inode of a descriptor, or 0.
+std::uint64_t InodeOf(int fd) {
+  struct stat st;
+  return fd >= 0 && fstat(fd, &st) == 0 ? static_cast<std::uint64_t>(st.st_ino) : 0;
+}
+
+// This process's /proc/self/pagemap, opened afresh: its inode (each process has its own).
+std::uint64_t OwnPagemapInode() {
+  const int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  const std::uint64_t ino = InodeOf(fd);
+  if (fd >= 0) close(fd);
+  return ino;
+}
+
+// A program may close every descriptor it did not open and get the number back for a file of its
+// own: zero_pages must not read that file as pagemap (/dev/zero would call every page that
+// mincore finds absent untouched, and a swapped-out page would keep its data), nor close it.
+TEST(PlatformZeroPages, ADescriptorTheProgramReusedIsNeitherReadNorClosed) {
   if (!PagemapReadable()) GTEST_SKIP() << "/proc/self/pagemap cannot be read here";
-  constexpr std::size_t kPages = 8;
-  auto* warm = static_cast<unsigned char*>(platform::map(kOs));
-  ASSERT_NE(warm, nullptr);
-  platform::zero_pages(warm, kOs);  // the parent opens pagemap
-  auto* p = static_cast<unsigned char*>(platform::map(kPages * kOs));
-  ASSERT_NE(p, nullptr);
+  const int fd = platform::pagemap_descriptor_for_test();
+  ASSERT_GE(fd, 0);
+  const int zero = open("/dev/zero", O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(zero, 0);
+  ASSERT_EQ(dup2(zero, fd), fd);  // the program's /dev/zero now has pagemap's number
+  close(zero);
+  const int now = platform::pagemap_descriptor_for_test();
+  EXPECT_NE(now, fd) << "the program's /dev/zero would be read as pagemap";
+  EXPECT_EQ(InodeOf(now), OwnPagemapInode());
+  char c = 1;
+  EXPECT_EQ(read(fd, &c, 1), 1) << "the program's descriptor was closed";
+  EXPECT_EQ(c, 0);
+  close(fd);
+}
+
+// A fork child reads its own page tables: the descriptor it inherits reads its parent's.
+TEST(PlatformZeroPages, AForkChildReadsItsOwnPagemap) {
+  if (!PagemapReadable()) GTEST_SKIP() << "/proc/self/pagemap cannot be read here";
+  ASSERT_GE(platform::pagemap_descriptor_for_test(), 0);  // the parent's, open
   pid_t pid = fork();
   ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    std::memset(p + 3 * kOs, 0x5A, kOs);
-    platform::zero_pages(p, kPages * kOs);
-    _exit(FirstNonZeroByte(p, kPages * kOs) == SIZE_MAX ? 0 : 1);
-  }
+  if (pid == 0) _exit(InodeOf(platform::pagemap_descriptor_for_test()) == OwnPagemapInode() ? 0 : 1);
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's zero_pages left its own write in place";
-  platform::unmap(p, kPages * kOs);
-  platform::unmap(warm, kOs);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child would read its parent's page tables";
 }
 
 }  // namespace

@@ -84,10 +84,10 @@ void medium_cache_shrink(Heap* h, std::size_t bytes, unsigned slots) {
 // pages were mapped or decommitted). A memset of the whole block faulted every untouched OS page
 // in for nothing where the block before had written a few: on the producer/consumer workload,
 // whose blocks are written at their edges and one word every 64 KiB, that memset took half of
-// all page faults. Asking costs a read of /proc/self/pagemap, about 1.2 us here, which a block
-// written whole pays for nothing: below 128 KiB that was 1.16x the time of a loop of callocs of
-// 70-98 KB each written whole, against 1.07x at 200-228 KB (and 0.52x and 0.24x when each was
-// written once per 64 KiB).
+// all page faults. Asking costs a mincore (about 0.7 us for 50 pages here) and, where pages are
+// absent, a read of /proc/self/pagemap (1.6 us with its checks), which a block written whole
+// pays for nothing and a small one can save little with: asking at every size (with pagemap
+// alone) made a loop of callocs of 70-98 KB, each written whole, take 1.16x the time.
 constexpr std::size_t kAskMin = 128 * 1024;
 
 void zero_dirty_pages(char* start, std::size_t size, std::uint64_t dirty) {
