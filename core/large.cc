@@ -419,8 +419,9 @@ void* large_alloc(std::size_t size, std::size_t alignment, bool zero, const void
     // stay so. Dropping a mostly untouched mapping whole, as before, shot down the TLB entries
     // of its few resident pages on every CPU, and a program that reads its calloc'ed block
     // before writing it (brisk-stress prodcons) then faulted each such page twice: once to map
-    // the zero page, once to copy it. The pagemap read (or mincore) that tells the pages apart
-    // is paid here, by calloc, which must zero or drop anyway.
+    // the zero page, once to copy it. The mincore (and, where pages are not resident, the
+    // pagemap read) that tells the pages apart is paid here, by calloc, which must zero or drop
+    // anyway.
     if (zero && !clean) platform::zero_pages(base + offset, need - offset);
   } else {
     std::size_t grow = map_align == kChunkSize && need < kMinGrow && fresh_rest_fits(kMinGrow - need) ? kMinGrow : need;

@@ -92,7 +92,7 @@ constexpr std::size_t kAskMin = 128 * 1024;
 
 void zero_dirty_pages(char* start, std::size_t size, std::uint64_t dirty) {
   const unsigned pages = pages_for(size);
-  // The block's bytes in its dirty pages: all of its last page's only when that page is whole.
+  // The block's bytes in its dirty pages (in its last page, those up to its end).
   std::size_t dirty_bytes = 0;
   for (unsigned i = 0; i < pages; ++i)
     if (((dirty >> i) & 1) != 0) dirty_bytes += i + 1 < pages ? kPageSize : size - (std::size_t{i} << kPageShift);
