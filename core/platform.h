@@ -1,12 +1,13 @@
 // The platform layer: the only code in brisk that talks to the OS (mmap, munmap, mremap,
-// madvise, the environment, stderr).
+// madvise, mincore, /proc/self/pagemap, the environment, stderr).
 //
 // Contract, for every function here:
 //   - Sizes and addresses passed in are multiples of kOsPageSize (4096); alignments are powers
 //     of two >= kOsPageSize. Violations are programming errors inside brisk: BRISK_ASSERT
 //     (core/assert.h) checks them in a checked build.
-//   - Nothing here allocates with malloc, takes a lock, or touches brisk's own state, so it is
-//     safe during initialisation, in a fork handler and from any thread.
+//   - Nothing here allocates with malloc, takes a lock, or touches brisk's own state (its own
+//     is atomics: the pagemap descriptor, test switches), so it is safe during initialisation,
+//     in a fork handler and from any thread.
 //   - Mapping failures return nullptr / false and never abort; the caller turns them into
 //     ENOMEM. Memory fresh from map() or map_aligned() is zero-filled.
 //   - decommit() drops the pages' contents and resident memory; the range stays mapped and reads
