@@ -33,10 +33,6 @@ void chunk_list_remove(Chunk*& head, Chunk* c) {
 
 namespace {
 
-constexpr std::uint64_t run_mask(unsigned first, unsigned n) {
-  return (n >= 64 ? ~std::uint64_t{0} : ((std::uint64_t{1} << n) - 1)) << first;
-}
-
 // Empty chunks kept mapped but decommitted, so that a program that frees and reallocates a few
 // chunks' worth does not pay mmap + munmap + the aligned-mapping trim each time.
 SpinLock g_cache_lock;
@@ -72,14 +68,6 @@ std::uint64_t run_starts(std::uint64_t bits, unsigned n) {
 std::atomic<void (*)(Chunk*, unsigned, unsigned)> g_chunk_claim_test_hook{nullptr};
 
 namespace {
-
-unsigned count_bits(std::uint64_t x) {
-  // Not __builtin_popcountll: without -mpopcnt it calls libgcc, and libbrisk.so needs libc alone.
-  x -= (x >> 1) & 0x5555555555555555ull;
-  x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
-  x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
-  return static_cast<unsigned>((x * 0x0101010101010101ull) >> 56);
-}
 
 // The free run of n pages with the most dirty (resident) pages, the lowest of equals; 0 if
 // there is no free run. *dirty_out: its dirty page count.
@@ -196,21 +184,14 @@ namespace {
 
 // Decommits the pages in mask (runs of them, one madvise each). Returns bytes.
 std::size_t decommit_pages(Chunk* c, std::uint64_t mask, bool lazy = false) {
-  std::size_t bytes = 0;
-  std::uint64_t rest = mask;
-  while (rest != 0) {
-    unsigned first = static_cast<unsigned>(__builtin_ctzll(rest));
-    unsigned n = static_cast<unsigned>(__builtin_ctzll(~(rest >> first)));
-    if (first + n > 64) n = 64 - first;
+  for_each_bit_run(mask, [c, lazy](unsigned first, unsigned n) {
     if (lazy) {
       platform::lazy_free(c->page_address(first), std::size_t{n} << kPageShift);
     } else {
       platform::decommit(c->page_address(first), std::size_t{n} << kPageShift);
     }
-    bytes += std::size_t{n} << kPageShift;
-    rest &= ~run_mask(first, n);
-  }
-  return bytes;
+  });
+  return std::size_t{count_bits(mask)} << kPageShift;
 }
 
 // Gives a chunk no one can reach any more back to the OS.

@@ -90,6 +90,30 @@ void region_set(std::uintptr_t p, std::uint8_t kind);
 inline constexpr std::uint64_t kChunkMagic = 0x6272736b63686e6bull;  // "brskchnk"
 inline constexpr std::uint64_t kAllPagesFree = ~std::uint64_t{1};        // page 0 is the header
 
+// Page bitmaps (one bit per page, as free_pages and dirty_pages): n pages from `first`.
+constexpr std::uint64_t run_mask(unsigned first, unsigned n) {
+  return (n >= 64 ? ~std::uint64_t{0} : ((std::uint64_t{1} << n) - 1)) << first;
+}
+// Set bits. Not __builtin_popcountll: without -mpopcnt it calls libgcc, and libbrisk.so needs
+// libc alone.
+inline unsigned count_bits(std::uint64_t x) {
+  x -= (x >> 1) & 0x5555555555555555ull;
+  x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+  x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
+  return static_cast<unsigned>((x * 0x0101010101010101ull) >> 56);
+}
+// Calls run(first, n) for each run of set bits in mask, lowest first.
+template <typename Run>
+inline void for_each_bit_run(std::uint64_t mask, Run run) {
+  while (mask != 0) {
+    const auto first = static_cast<unsigned>(__builtin_ctzll(mask));
+    const std::uint64_t from_first = mask >> first;
+    const unsigned n = ~from_first == 0 ? 64 - first : static_cast<unsigned>(__builtin_ctzll(~from_first));
+    run(first, n);
+    mask &= ~run_mask(first, n);
+  }
+}
+
 struct Chunk {
   std::uint64_t magic;
   std::atomic<std::uint64_t> free_pages;   // bit i set: page i is free

@@ -92,26 +92,20 @@ constexpr std::size_t kAskMin = 128 * 1024;
 
 void zero_dirty_pages(char* start, std::size_t size, std::uint64_t dirty) {
   const unsigned pages = pages_for(size);
-  // The block's bytes in its dirty pages (in its last page, those up to its end).
-  std::size_t dirty_bytes = 0;
-  for (unsigned i = 0; i < pages; ++i)
-    if (((dirty >> i) & 1) != 0) dirty_bytes += i + 1 < pages ? kPageSize : size - (std::size_t{i} << kPageShift);
+  BRISK_ASSERT(pages < 64);
+  const std::uint64_t in_block = dirty & run_mask(0, pages);
+  // The block's bytes in its dirty pages: whole pages, less the part of the last one past its end.
+  std::size_t dirty_bytes = std::size_t{count_bits(in_block)} << kPageShift;
+  if (((in_block >> (pages - 1)) & 1) != 0) dirty_bytes -= (std::size_t{pages} << kPageShift) - size;
   const bool ask = dirty_bytes >= kAskMin;
-  for (unsigned i = 0; i < pages;) {
-    if (((dirty >> i) & 1) == 0) {
-      ++i;
-      continue;
-    }
-    unsigned end = i + 1;
-    while (end < pages && ((dirty >> end) & 1) != 0) ++end;
-    const std::size_t from = std::size_t{i} << kPageShift;
-    const std::size_t to = std::size_t{end} << kPageShift;
+  for_each_bit_run(in_block, [=](unsigned first, unsigned n) {
+    const std::size_t from = std::size_t{first} << kPageShift;
+    const std::size_t to = std::size_t{first + n} << kPageShift;
     const std::size_t bytes = (to < size ? to : size) - from;
     // Whole OS pages for zero_pages: the run's pages extend past the block, and are its span's.
     if (ask) platform::zero_pages(start + from, (bytes + kOsPageSize - 1) & ~(kOsPageSize - 1));
     else std::memset(start + from, 0, bytes);
-    i = end;
-  }
+  });
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 
 namespace brisk::bench {
@@ -22,6 +23,27 @@ inline unsigned long parse_count(const char* tool, const char* synopsis, const c
   if (*text == '\0' || *end != '\0' || v == 0 || v > max)
     usage(tool, synopsis, std::string(name) + " wants a whole number from 1 to " + std::to_string(max));
   return v;
+}
+
+// One "--name N" option: its value goes to *value, a whole number from 1 to max.
+struct CountOption {
+  const char* name;
+  unsigned long* value;
+  unsigned long max;
+};
+
+// Reads argv's "--name N" pairs into the options' values; a usage error on anything else.
+inline void parse_counts(int argc, char** argv, const char* tool, const char* synopsis,
+                         std::initializer_list<CountOption> options) {
+  for (int i = 1; i < argc; i += 2) {
+    const std::string arg = argv[i];
+    if (i + 1 >= argc) usage(tool, synopsis, "unknown option or missing value: " + arg);
+    const CountOption* match = nullptr;
+    for (const CountOption& o : options)
+      if (arg == o.name) match = &o;
+    if (match == nullptr) usage(tool, synopsis, "unknown option " + arg);
+    *match->value = parse_count(tool, synopsis, match->name, argv[i + 1], match->max);
+  }
 }
 
 }  // namespace brisk::bench

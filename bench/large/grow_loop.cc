@@ -12,7 +12,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
-#include <string>
 #include <vector>
 
 #include "cli.h"
@@ -22,11 +21,7 @@ namespace {
 constexpr const char* kTool = "brisk-grow-loop";
 constexpr const char* kSynopsis = "[--buffers N] [--max-kib N] [--steps N]";
 
-[[noreturn]] void usage(const std::string& message) { brisk::bench::usage(kTool, kSynopsis, message); }
-
-unsigned long parse(const char* name, const char* text) {
-  return brisk::bench::parse_count(kTool, kSynopsis, name, text, 100000000);
-}
+constexpr unsigned long kMaxCount = 100000000;
 
 struct Buffer {
   unsigned char* data = nullptr;
@@ -59,15 +54,10 @@ void write_from(Buffer& b, std::size_t from) {
 
 int main(int argc, char** argv) {
   unsigned long buffers = 8, max_kib = 4096, steps = 100000;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (i + 1 >= argc) usage(("unknown option or missing value: " + arg).c_str());
-    const char* value = argv[++i];
-    if (arg == "--buffers") buffers = parse("--buffers", value);
-    else if (arg == "--max-kib") max_kib = parse("--max-kib", value);
-    else if (arg == "--steps") steps = parse("--steps", value);
-    else usage(("unknown option " + arg).c_str());
-  }
+  brisk::bench::parse_counts(argc, argv, kTool, kSynopsis,
+                             {{"--buffers", &buffers, kMaxCount},
+                              {"--max-kib", &max_kib, kMaxCount},
+                              {"--steps", &steps, kMaxCount}});
   const std::size_t max_size = static_cast<std::size_t>(max_kib) << 10;
   std::vector<Buffer> slot(buffers);
   std::mt19937_64 rng(42);

@@ -14,7 +14,6 @@
 #include <cstring>
 #include <memory>
 #include <random>
-#include <string>
 #include <vector>
 
 #include "cli.h"
@@ -24,27 +23,19 @@ namespace {
 constexpr const char* kTool = "brisk-large-loop";
 constexpr const char* kSynopsis = "[--buffers N] [--min-mib N] [--max-mib N] [--steps N]";
 
-[[noreturn]] void usage(const std::string& message) { brisk::bench::usage(kTool, kSynopsis, message); }
-
-unsigned long parse(const char* name, const char* text) {
-  return brisk::bench::parse_count(kTool, kSynopsis, name, text, 1000000);
-}
+constexpr unsigned long kMaxCount = 1000000;
 
 }  // namespace
 
 int main(int argc, char** argv) {
   unsigned long buffers = 20, min_mib = 5, max_mib = 25, steps = 2000;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (i + 1 >= argc) usage(("unknown option or missing value: " + arg).c_str());
-    const char* value = argv[++i];
-    if (arg == "--buffers") buffers = parse("--buffers", value);
-    else if (arg == "--min-mib") min_mib = parse("--min-mib", value);
-    else if (arg == "--max-mib") max_mib = parse("--max-mib", value);
-    else if (arg == "--steps") steps = parse("--steps", value);
-    else usage(("unknown option " + arg).c_str());
-  }
-  if (min_mib > max_mib || max_mib > 4096) usage("--min-mib must not exceed --max-mib, at most 4096");
+  brisk::bench::parse_counts(argc, argv, kTool, kSynopsis,
+                             {{"--buffers", &buffers, kMaxCount},
+                              {"--min-mib", &min_mib, kMaxCount},
+                              {"--max-mib", &max_mib, kMaxCount},
+                              {"--steps", &steps, kMaxCount}});
+  if (min_mib > max_mib || max_mib > 4096)
+    brisk::bench::usage(kTool, kSynopsis, "--min-mib must not exceed --max-mib, at most 4096");
   std::vector<std::unique_ptr<char[]>> slot(buffers);
   std::mt19937_64 rng(42);
   std::uniform_int_distribution<std::size_t> size_of(min_mib << 20, max_mib << 20);
