@@ -103,8 +103,15 @@ constexpr Option kTable[] = {
     // given back to its chunk and claimed again costs two compare-and-swaps on the chunk's page
     // sets and the descriptor's set-up: a malloc+free pair of 100 KB runs about 620 instructions
     // without the cache and 316 with it (callgrind, brisk-pair-loop 100000).
-    // Low-memory keeps none: the pages go back to the chunk, where any thread takes them.
-    {Id::kMediumCacheBytes, "BRISK_MEDIUM_CACHE_BYTES", {8 * MiB, 2 * MiB, 0}, 0, std::int64_t{1} << 40},
+    // Low-memory keeps 2m too. Without a cache, a block that realloc grows past its run's end
+    // moves unless the pages after it are free, and on MMtest's medium test (blocks of 10-100
+    // KB, each reallocated to twice its size) 3,534 of 4,000 such reallocs moved on the
+    // 10-thread row, against 1,026 with it: a block that takes a cached run of up to half again
+    // its pages has room to grow. At --scale 1 (15 pairs, low-memory with 2m against 0): medium
+    // 0.762 of the time at 13.1 MiB against 19.2, medium-raw 0.435 at 11.5 against 18.2; strings
+    // 1.05-1.10x the peak (17 -> 18.1-18.9 MiB); realloc 1.01-1.09x and prodcons 0.88-1.09x
+    // in runs whose medians move by as much. 1m kept half of the medium rows' gain.
+    {Id::kMediumCacheBytes, "BRISK_MEDIUM_CACHE_BYTES", {8 * MiB, 2 * MiB, 2 * MiB}, 0, std::int64_t{1} << 40},
     // Small blocks of other threads' spans that a thread frees, kept for its own next allocations
     // of their class (threadcache/foreign_cache.h) rather than sent home. It must hold what a
     // thread frees between two runs of allocations: the xmalloc ring frees 4,096 x 64 B plus a
@@ -126,6 +133,13 @@ constexpr Option kTable[] = {
     // 1.15x (time 1.039 [0.999, 1.072]); at full scale larson-classic 0.83x the peak at 1.216
     // [1.133, 1.264]x the time, larson 0.95x at 0.950, churn level.
     {Id::kForeignCacheAlways, "BRISK_FOREIGN_CACHE_ALWAYS", {0, 0, 1}, 0, 1},
+    // The large stash (threadcache/medium.cc): the mapping of the last large block a thread
+    // allocated and freed, kept for its own next large block if it holds at most this many bytes
+    // (and kMediumMax). Low-memory keeps none: its smaller BRISK_MEDIUM_MAX makes blocks of
+    // 512 KiB-2 MiB large, and a thread growing a buffer by doubling frees mappings it never
+    // takes again (MMtest strings-raw, low-memory with a 2m medium cache: 26.8 MiB peak with a
+    // 2m stash, 24.3 without, the time the same).
+    {Id::kLargeStashBytes, "BRISK_LARGE_STASH_BYTES", {2 * MiB, 2 * MiB, 0}, 0, std::int64_t{1} << 40},
 };
 constexpr unsigned kOptionCount = static_cast<unsigned>(Id::kCount);
 static_assert(sizeof kTable / sizeof kTable[0] == kOptionCount, "one row per option id");

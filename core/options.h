@@ -41,6 +41,7 @@ enum class Id : unsigned {
   kMediumCacheBytes,  // BRISK_MEDIUM_CACHE_BYTES: page runs of freed medium blocks a thread keeps for its next ones
   kForeignCacheBytes, // BRISK_FOREIGN_CACHE_BYTES: other heaps' freed blocks a thread keeps for its own allocations
   kForeignCacheAlways, // BRISK_FOREIGN_CACHE_ALWAYS: 1: a class is kept once refilled, not only while the thread grows in it
+  kLargeStashBytes,   // BRISK_LARGE_STASH_BYTES: the largest freed large mapping a thread keeps for its next large block
   kCount
 };
 

@@ -322,8 +322,9 @@ TEST(LargeCache, CallocOfAPartlyWrittenCachedMappingZeroesItsResidentPagesInPlac
   brisk_free(z);
 }
 
-// The large stash (threadcache/medium.cc): a thread's last freed large mapping, of at most the
-// medium cache's budget (2 MiB in balanced mode, none in low-memory) and 2 MiB, serves its next
+// The large stash (threadcache/medium.cc): a thread's last freed large mapping, of at most
+// BRISK_LARGE_STASH_BYTES (2 MiB in balanced mode, none in low-memory, whose medium cache is
+// 2 MiB as balanced's) and 2 MiB, serves its next
 // large block that fits and uses at least half of it, without the cache's lock; a thread's exit
 // gives it to the cache, where another thread finds it. The test's 1 MiB block is medium at
 // the modes' BRISK_MEDIUM_MAX (1m), and a large block that uses less than half of a 2 MiB
@@ -378,7 +379,7 @@ TEST(LargeStash, AThreadTakesBackItsLastFreedMappingWithoutTheCacheLock) {
   step = 2;
   freer.join();
   brisk_free(back);
-  brisk_set_strategy(BRISK_STRATEGY_LOW_MEMORY);  // no medium cache, no stash
+  brisk_set_strategy(BRISK_STRATEGY_LOW_MEMORY);  // a medium cache, but no stash
   std::thread([&] {
     void* p = brisk_malloc(kSize);
     ASSERT_NE(p, nullptr);

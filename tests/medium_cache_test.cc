@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -28,7 +29,7 @@ namespace {
 constexpr std::size_t kPage = 64 * 1024;
 constexpr std::size_t kBlock = 100 * 1024;  // a medium block of two pages
 
-bool CacheOn() { return brisk_get_strategy() != BRISK_STRATEGY_LOW_MEMORY; }
+bool CacheOn() { return brisk::options::get(brisk::options::Id::kMediumCacheBytes) != 0; }
 
 std::uint64_t CacheBytesOfThisThread() {
   brisk::Heap* h = brisk::t_heap;
@@ -39,7 +40,7 @@ std::uint64_t CacheBytesOfThisThread() {
 // The next medium block of the same pages takes the freed one's run: the same address, the old
 // contents gone only where calloc says so, and the statistics count the run as the thread's cache.
 TEST(MediumCache, AFreedMediumRunServesTheThreadsNextMediumBlock) {
-  if (!CacheOn()) GTEST_SKIP() << "low-memory keeps no medium cache";
+  if (!CacheOn()) GTEST_SKIP() << "BRISK_MEDIUM_CACHE_BYTES=0: no medium cache";
   std::thread([] {
     void* p = brisk_malloc(kBlock);
     ASSERT_NE(p, nullptr);
@@ -78,7 +79,7 @@ std::size_t ResidentOsPages(const void* p, std::size_t n) {
 // pages the block before never wrote read as zeros already. A memset of the whole block made
 // every one of them resident (prodcons: half of its page faults).
 TEST(MediumCache, CallocOfAReusedRunTouchesOnlyThePagesTheBlockBeforeWrote) {
-  if (!CacheOn()) GTEST_SKIP() << "low-memory keeps no medium cache";
+  if (!CacheOn()) GTEST_SKIP() << "BRISK_MEDIUM_CACHE_BYTES=0: no medium cache";
   std::thread([] {
     constexpr std::size_t kSize = 4 * kPage - 4096;
     auto* p = static_cast<unsigned char*>(brisk_malloc(kSize));
@@ -100,7 +101,7 @@ TEST(MediumCache, CallocOfAReusedRunTouchesOnlyThePagesTheBlockBeforeWrote) {
 // A run with up to half again the pages a block needs serves it, the one with the most pages
 // first: a block that then grows by realloc into those pages stays where it is.
 TEST(MediumCache, ABlockFromALargerRunGrowsInPlace) {
-  if (!CacheOn()) GTEST_SKIP() << "low-memory keeps no medium cache";
+  if (!CacheOn()) GTEST_SKIP() << "BRISK_MEDIUM_CACHE_BYTES=0: no medium cache";
   std::thread([] {
     void* two = brisk_malloc(2 * kPage);
     void* three = brisk_malloc(3 * kPage);
@@ -123,7 +124,7 @@ TEST(MediumCache, ABlockFromALargerRunGrowsInPlace) {
 // new size needs fewer pages than the run has; a realloc that shrinks gives back the pages
 // past its new size.
 TEST(MediumCache, AGrowingReallocKeepsTheRunsSparePagesAndAShrinkingOneGivesThemBack) {
-  if (!CacheOn()) GTEST_SKIP() << "low-memory keeps no medium cache";
+  if (!CacheOn()) GTEST_SKIP() << "BRISK_MEDIUM_CACHE_BYTES=0: no medium cache";
   std::thread([] {
     brisk_free(brisk_malloc(3 * kPage));
     void* p = brisk_malloc(kBlock);
@@ -143,7 +144,7 @@ TEST(MediumCache, AGrowingReallocKeepsTheRunsSparePagesAndAShrinkingOneGivesThem
 
 // A run of more than half the budget is given back at once: a few big runs would fill it.
 TEST(MediumCache, ARunOfMoreThanHalfTheBudgetIsNotKept) {
-  if (!CacheOn()) GTEST_SKIP() << "low-memory keeps no medium cache";
+  if (!CacheOn()) GTEST_SKIP() << "BRISK_MEDIUM_CACHE_BYTES=0: no medium cache";
   const auto budget = static_cast<std::size_t>(brisk::options::get(brisk::options::Id::kMediumCacheBytes));
   // Speed mode's budget (8 MiB) is more than twice the largest medium block: the test command
   // runs this test again with BRISK_MEDIUM_CACHE_BYTES=256k (medium_cache_small_budget_test).
@@ -160,7 +161,7 @@ TEST(MediumCache, ARunOfMoreThanHalfTheBudgetIsNotKept) {
 
 // A second free of a block whose run waits in the cache is named as a double free.
 TEST(MediumCacheDeathTest, ASecondFreeOfACachedBlockIsADoubleFree) {
-  if (!CacheOn()) GTEST_SKIP() << "low-memory keeps no medium cache";
+  if (!CacheOn()) GTEST_SKIP() << "BRISK_MEDIUM_CACHE_BYTES=0: no medium cache";
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_DEATH(
       {
@@ -238,12 +239,12 @@ void ExpectTheIdleWorkersRunsTaken(Reclaim reclaim) {
 }
 
 TEST(MediumCache, BriskTrimTakesTheRunsOtherThreadsCached) {
-  if (!CacheOn()) GTEST_SKIP() << "low-memory keeps no medium cache";
+  if (!CacheOn()) GTEST_SKIP() << "BRISK_MEDIUM_CACHE_BYTES=0: no medium cache";
   ExpectTheIdleWorkersRunsTaken([] { brisk_trim(); });
 }
 
 TEST(MediumCache, TheBackgroundPassTakesTheRunsOfAnIdleThread) {
-  if (!CacheOn()) GTEST_SKIP() << "low-memory keeps no medium cache";
+  if (!CacheOn()) GTEST_SKIP() << "BRISK_MEDIUM_CACHE_BYTES=0: no medium cache";
   ASSERT_STREQ(getenv("BRISK_BACKGROUND"), "0") << "run through ctest (medium_cache_test)";
   ExpectTheIdleWorkersRunsTaken([] {
     // The first pass sees the worker's heap; 1 s later (BRISK_IDLE_MS=10) it is idle.
@@ -253,28 +254,53 @@ TEST(MediumCache, TheBackgroundPassTakesTheRunsOfAnIdleThread) {
   });
 }
 
-// brisk_thread_collect gives the thread's cached runs back, and a switch to low-memory (no
-// cache) empties the cache at the thread's next medium block.
-TEST(MediumCache, CollectAndASwitchToLowMemoryEmptyTheCache) {
-  if (!CacheOn()) GTEST_SKIP() << "low-memory keeps no medium cache";
+// brisk_thread_collect gives the thread's cached runs back, and a switch to a strategy with a
+// smaller budget (speed's 8 MiB to balanced's 2 MiB) shrinks the cache at the thread's next
+// medium block.
+TEST(MediumCache, CollectAndASwitchToASmallerBudgetShrinkTheCache) {
+  if (!CacheOn()) GTEST_SKIP() << "BRISK_MEDIUM_CACHE_BYTES=0: no medium cache";
+  if (getenv("BRISK_MEDIUM_CACHE_BYTES") != nullptr) GTEST_SKIP() << "the budget is the environment's in every mode";
   std::thread([] {
     brisk_free(brisk_malloc(kBlock));
     EXPECT_EQ(CacheBytesOfThisThread(), 2 * kPage);
     brisk_thread_collect();
     EXPECT_EQ(CacheBytesOfThisThread(), 0u);
-    void* a = brisk_malloc(kBlock);
-    void* b = brisk_malloc(3 * kPage);
-    brisk_free(a);
-    EXPECT_EQ(CacheBytesOfThisThread(), 2 * kPage);
     const brisk_strategy was = brisk_get_strategy();
-    brisk_set_strategy(BRISK_STRATEGY_LOW_MEMORY);
-    void* c = brisk_malloc(4 * kPage);  // fits no cached run: the cache shrinks to the budget
-    EXPECT_EQ(CacheBytesOfThisThread(), 0u);
-    brisk_free(b);
-    EXPECT_EQ(CacheBytesOfThisThread(), 0u);
+    brisk_set_strategy(BRISK_STRATEGY_SPEED);
+    constexpr std::size_t kBig = 15 * kPage + 1;  // a run of 16 pages: 1 MiB
+    void* big[3];
+    for (void*& p : big) p = brisk_malloc(kBig);
+    for (void* p : big) brisk_free(p);
+    EXPECT_EQ(CacheBytesOfThisThread(), 3 * 16 * kPage) << "speed mode keeps 8 MiB of runs";
+    brisk_set_strategy(BRISK_STRATEGY_BALANCED);
+    void* c = brisk_malloc(kBlock);  // fits no cached run: the oldest goes, then the cache shrinks to 2 MiB
+    EXPECT_EQ(CacheBytesOfThisThread(), 2 * 16 * kPage);
     brisk_free(c);
+    EXPECT_LE(CacheBytesOfThisThread(), std::uint64_t{2} << 20);
     brisk_set_strategy(was);
+    brisk_thread_collect();
   }).join();
+}
+
+// Low-memory mode keeps a medium cache too (BRISK_MEDIUM_CACHE_BYTES 2m; options.cc has why:
+// a block that takes a cached run of up to half again its pages can grow into them in place).
+TEST(MediumCache, LowMemoryKeepsRuns) {
+  if (getenv("BRISK_MEDIUM_CACHE_BYTES") != nullptr) GTEST_SKIP() << "the budget is the environment's in every mode";
+  const brisk_strategy was = brisk_get_strategy();
+  brisk_set_strategy(BRISK_STRATEGY_LOW_MEMORY);
+  std::thread([] {
+    void* grown = brisk_malloc(3 * kPage);  // a run of 3 pages (pages_for rounds the block up)
+    brisk_free(grown);
+    EXPECT_EQ(CacheBytesOfThisThread(), 3 * kPage) << "low-memory kept no run";
+    void* p = brisk_malloc(kBlock);  // 2 pages: takes the 3-page run
+    EXPECT_EQ(p, grown);
+    EXPECT_EQ(CacheBytesOfThisThread(), 0u);
+    void* q = brisk_realloc(p, kBlock + kPage);  // 3 pages: the run's last one
+    EXPECT_EQ(q, p) << "the block did not grow within its run";
+    brisk_free(q);
+    brisk_thread_collect();
+  }).join();
+  brisk_set_strategy(was);
 }
 
 // A block whose run came from the cache, freed by another thread into the queue of its owner,
@@ -318,7 +344,7 @@ bool QueuedFreeReclaimed(bool from_cache) {
 TEST(MediumCache, AQueuedFreeOfABlockInAFreshRunIsReclaimed) { EXPECT_TRUE(QueuedFreeReclaimed(false)); }
 
 TEST(MediumCache, AQueuedFreeOfABlockInACachedRunIsReclaimed) {
-  if (!CacheOn()) GTEST_SKIP() << "low-memory keeps no medium cache";
+  if (!CacheOn()) GTEST_SKIP() << "BRISK_MEDIUM_CACHE_BYTES=0: no medium cache";
   EXPECT_TRUE(QueuedFreeReclaimed(true));
 }
 

@@ -19,6 +19,7 @@
 #include "core/size_class.h"
 #include "tests/test_util.h"
 #include "threadcache/heap.h"
+#include "threadcache/medium.h"
 
 namespace brisk {
 namespace {
@@ -312,13 +313,18 @@ TEST(Span, LowMemoryKeepsTheTailOfASpanRecreatedOnPagesItsClassJustReleased) {
 TEST(Span, LowMemoryGivesBackTheResidentPagesPastANewSmallSpansFirstCarve) {
   LowMemoryMode low;
   std::thread([] {
-    // A fresh thread's chunk: a medium block touched whole and freed leaves its two pages free
-    // and resident, the only resident free run, so the next new span takes them.
+    // A fresh thread's chunk: a medium block touched whole and freed, its run given back from
+    // the thread's medium cache, leaves its two pages free and resident, the only resident free
+    // run, so the next new span takes them.
     constexpr std::size_t kMedium = 2 * kPageSize - 4096;
     void* m = brisk_malloc(kMedium);
     ASSERT_NE(m, nullptr);
     std::memset(m, 0x77, kMedium);
     brisk_free(m);
+    {
+      HeapSlowLock lock(t_heap);
+      medium_cache_flush(t_heap);
+    }
     void* b = brisk_malloc(48);
     Span* s = span_of(b);
     ASSERT_EQ(s->kind, SpanKind::kSmall);

@@ -215,7 +215,7 @@ TEST(Strategy, TheReadmeLeversTableMatchesTheCode) {
       {"BRISK_IDLE_MS", Id::kIdleMs},         {"BRISK_PURGE_ADVICE", Id::kPurgeAdvice},
       {"BRISK_PURGE_SPAN_TAILS", Id::kPurgeSpanTails},  {"BRISK_MEDIUM_MAX", Id::kMediumMax},
       {"BRISK_MEDIUM_CACHE_BYTES", Id::kMediumCacheBytes}, {"BRISK_FOREIGN_CACHE_BYTES", Id::kForeignCacheBytes},
-      {"BRISK_FOREIGN_CACHE_ALWAYS", Id::kForeignCacheAlways},
+      {"BRISK_FOREIGN_CACHE_ALWAYS", Id::kForeignCacheAlways}, {"BRISK_LARGE_STASH_BYTES", Id::kLargeStashBytes},
   };
   std::string line;
   bool in_section = false;

@@ -183,9 +183,9 @@ void medium_freed(Heap* h, Span* s) {
 namespace {
 
 // The large stash: the mapping of the last large block a thread allocated and freed, if its
-// user part is at most the medium cache's budget and kMediumMax (a size that could have been a
+// user part is at most BRISK_LARGE_STASH_BYTES and kMediumMax (a size that could have been a
 // medium block: 1-2 MiB at the speed and balanced BRISK_MEDIUM_MAX, a buffer that realloc grew
-// past 256 KiB, or anything above a BRISK_MEDIUM_MAX set lower; low-memory's budget is 0),
+// past 256 KiB, or anything above a BRISK_MEDIUM_MAX set lower; low-memory keeps none),
 // kept for the thread's next large block, which takes it when it fits and uses at least half of
 // it (large_alloc_from). Under the heap's slow lock, which
 // only its owner takes but for the flushes (medium_cache_flush), so neither side waits in
@@ -225,8 +225,8 @@ void* large_alloc_here(std::size_t size, std::size_t alignment, bool zero) {
 void large_free_here(void* p, LargeHeader* lh) {
   Heap* h = t_heap;
   if (heap_is_attached(h) && h->serving) {
-    const std::size_t budget = medium_cache_budget(h);
-    const std::size_t limit = budget < kMediumMax ? budget : kMediumMax;
+    const auto stash = static_cast<std::size_t>(options::get(options::Id::kLargeStashBytes));
+    const std::size_t limit = stash < kMediumMax ? stash : kMediumMax;
     // The header is read before the lock, so that every other large free takes no lock of the
     // heap's (the block is the caller's to free); large_free_to checks it again.
     if (lh->owner != h || lh->map_size - kOsPageSize > limit) return large_free(p, lh);
