@@ -55,7 +55,7 @@ std::atomic<bool> g_keep_going{false};  // BRISK_DEBUG_ACTION=report
 // and two passes over it (MMtest's large test ran 82 s at 0.02% scale, against well under a
 // second in release mode); its edges are where an overrun, a short copy or a stale pointer to
 // its start land.
-std::atomic<std::size_t> g_fill_limit{std::size_t{4} << 20};
+std::atomic<std::size_t> g_fill_limit{std::size_t{1} << 20};  // options.cc's default, until init()
 __thread std::uint32_t t_thread_number __attribute__((tls_model("initial-exec"))) = 0;
 
 std::uint32_t thread_number() {

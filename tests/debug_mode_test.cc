@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -37,6 +38,10 @@ void CollectReport(const char* text, size_t length, void*) {
   g_reports.append(text, length);
   ++g_report_count;
 }
+
+// The fill limit debug::init() read (BRISK_DEBUG_FILL_LIMIT, or its default): tests that set
+// another put this back.
+size_t DefaultFillLimit() { return static_cast<size_t>(brisk::options::get(brisk::options::Id::kDebugFillLimit)); }
 
 // Enters debug mode with reports collected, and leaves it (and checks the heap) at the end.
 class DebugMode : public testing::Test {
@@ -80,7 +85,8 @@ TEST_F(DebugMode, EnterAndExitNest) {
 }
 
 TEST_F(DebugMode, ANewBlockHoldsTheAllocationPatternAndItsExactSize) {
-  for (size_t size : {size_t{1}, size_t{24}, size_t{1000}, size_t{100000}, size_t{3} << 20}) {
+  // The largest: a block at the fill limit, the largest with the pattern on every byte.
+  for (size_t size : {size_t{1}, size_t{24}, size_t{1000}, size_t{100000}, DefaultFillLimit()}) {
     auto* p = static_cast<unsigned char*>(brisk_malloc(size));
     ASSERT_NE(p, nullptr);
     EXPECT_EQ(brisk_usable_size(p), size);
@@ -160,7 +166,7 @@ TEST_F(DebugMode, ABlockAboveTheFillLimitCarriesItsPatternsOnItsEdges) {
   auto* whole = static_cast<unsigned char*>(brisk_malloc(size));
   for (size_t i = 0; i < size; i += 4096) ASSERT_EQ(whole[i], brisk::debug::kAllocByte) << i;
   brisk_free(whole);
-  brisk::debug::set_fill_limit(size_t{4} << 20);
+  brisk::debug::set_fill_limit(DefaultFillLimit());
   EXPECT_EQ(brisk_check_heap(), 0);
 }
 
@@ -347,6 +353,31 @@ TEST_F(DebugMode, ReallocFreesTheOldBlockIntoTheQuarantine) {
   EXPECT_EQ(ReportCount(), 2) << Reports();
 }
 
+// The default fill limit is 1 MiB, the largest medium block of the speed and balanced modes: a
+// block of that size carries the patterns on every byte, so a write after free into its middle
+// is found; one a byte larger (a mapping of its own) on its edges only, so there it is not.
+TEST_F(DebugMode, TheDefaultFillLimitIsTheLargestMediumBlock) {
+  if (getenv("BRISK_DEBUG_FILL_LIMIT") != nullptr) GTEST_SKIP() << "the limit is the environment's";
+  constexpr size_t kLimit = size_t{1} << 20;
+  auto* whole = static_cast<unsigned char*>(brisk_malloc(kLimit));
+  auto* edges = static_cast<unsigned char*>(brisk_malloc(kLimit + 1));
+  ASSERT_NE(whole, nullptr);
+  ASSERT_NE(edges, nullptr);
+  for (size_t i = 0; i < kLimit; i += 512) ASSERT_EQ(whole[i], brisk::debug::kAllocByte) << i;
+  brisk_free(whole);  // both in quarantine (BRISK_DEBUG_QUARANTINE=64m)
+  brisk_free(edges);
+  whole[kLimit / 2] ^= 0x5A;
+  EXPECT_EQ(brisk::debug::check_block(whole), 1) << "a write into the middle of a 1 MiB block went unseen";
+  whole[kLimit / 2] ^= 0x5A;
+  edges[kLimit / 2] ^= 0x5A;
+  EXPECT_EQ(brisk::debug::check_block(edges), 0) << "the middle of a block above the limit was checked";
+  edges[kLimit / 2] ^= 0x5A;
+  EXPECT_EQ(ReportCount(), 1) << Reports();
+  std::lock_guard<std::mutex> g(g_reports_mutex);
+  g_reports.clear();
+  g_report_count = 0;
+}
+
 // realloc gives the new block the new pattern only past the bytes it copies (the copy would
 // overwrite the rest at once): the result is the old bytes, then the new pattern up to the new
 // size (on a block above the fill limit, where its edges carry it), then an intact canary, for
@@ -380,7 +411,7 @@ TEST_F(DebugMode, AMovedBlockHoldsTheOldBytesThenTheNewPatternThenItsCanary) {
     EXPECT_EQ(brisk::debug::check_block(q), 0) << m.from << " -> " << m.to << Reports();
     brisk_free(q);
   }
-  brisk::debug::set_fill_limit(size_t{4} << 20);
+  brisk::debug::set_fill_limit(DefaultFillLimit());
   EXPECT_EQ(ReportCount(), 0) << Reports();
   EXPECT_EQ(brisk_check_heap(), 0) << Reports();
 }
