@@ -324,8 +324,8 @@ TEST(LargeCache, CallocOfAPartlyWrittenCachedMappingZeroesItsResidentPagesInPlac
 
 // The large stash (threadcache/medium.cc): a thread's last freed large mapping, of at most
 // BRISK_LARGE_STASH_BYTES (2 MiB in balanced mode, none in low-memory, whose medium cache is
-// 2 MiB as balanced's) and 2 MiB, serves its next
-// large block that fits and uses at least half of it, without the cache's lock; a thread's exit
+// 2 MiB as balanced's) and 2 MiB, serves its next large block that fits and uses at least half
+// of it, without the cache's lock; a thread's exit
 // gives it to the cache, where another thread finds it. The test's 1 MiB block is medium at
 // the modes' BRISK_MEDIUM_MAX (1m), and a large block that uses less than half of a 2 MiB
 // mapping cannot exist there: the test command runs this test with BRISK_MEDIUM_MAX=256k
