@@ -51,8 +51,9 @@ std::size_t resident_bytes(void* p, std::size_t size);
 // down, none faults back in, and none that the program reads before writing maps the shared
 // zero page and then faults again to be copied. One mincore per 2 MiB, and where it finds pages
 // not resident one read of /proc/self/pagemap to tell untouched from swapped out; where pagemap
-// cannot be read, every page not resident is decommitted (one madvise per run).
-void zero_pages(void* p, std::size_t size);
+// cannot be read, every page not resident is decommitted (one madvise per run). True: every
+// page was present (all of them are now, zeroed in place).
+bool zero_pages(void* p, std::size_t size);
 // Tests: true makes zero_pages decommit every page mincore finds not resident, as if pagemap
 // could not be read. pagemap_descriptor_for_test: the descriptor zero_pages would read now
 // (opened, checked or opened again as zero_pages does), or -1.

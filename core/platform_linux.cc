@@ -221,13 +221,13 @@ PageState page_state(std::uint64_t entry) {
 // of calloc, needs no other.
 constexpr std::size_t kZeroWindow = 512;  // pages: 2 MiB
 
-void zero_window(char* w, std::size_t pages) {
+bool zero_window(char* w, std::size_t pages) {
   unsigned char vec[kZeroWindow];
   std::uint64_t entries[kZeroWindow];
   stats::g.os_resident_calls.fetch_add(1, std::memory_order_relaxed);
   if (mincore(w, pages * kOsPageSize, vec) != 0) {  // unknown: zeroed as if resident
     std::memset(w, 0, pages * kOsPageSize);
-    return;
+    return true;
   }
   std::size_t first = pages, last = 0;
   for (std::size_t i = 0; i < pages; ++i) {
@@ -235,15 +235,17 @@ void zero_window(char* w, std::size_t pages) {
     if (first == pages) first = i;
     last = i;
   }
+  if (first == pages) {  // every page present: the common case of a block written whole
+    std::memset(w, 0, pages * kOsPageSize);
+    return true;
+  }
   bool mapped = false;  // entries[first..last] read from pagemap
-  if (first < pages) {
-    if (const int fd = pagemap_fd(); fd >= 0) {
-      const std::size_t n = last - first + 1;
-      const auto offset = static_cast<off_t>((reinterpret_cast<std::uintptr_t>(w) / kOsPageSize + first) * sizeof(std::uint64_t));
-      const int saved_errno = errno;
-      mapped = pread(fd, entries + first, n * sizeof(std::uint64_t), offset) == static_cast<ssize_t>(n * sizeof(std::uint64_t));
-      errno = saved_errno;
-    }
+  if (const int fd = pagemap_fd(); fd >= 0) {
+    const std::size_t n = last - first + 1;
+    const auto offset = static_cast<off_t>((reinterpret_cast<std::uintptr_t>(w) / kOsPageSize + first) * sizeof(std::uint64_t));
+    const int saved_errno = errno;
+    mapped = pread(fd, entries + first, n * sizeof(std::uint64_t), offset) == static_cast<ssize_t>(n * sizeof(std::uint64_t));
+    errno = saved_errno;
   }
   auto state_of = [&](std::size_t i) {
     if ((vec[i] & 1) != 0) return PageState::kPresent;
@@ -258,19 +260,22 @@ void zero_window(char* w, std::size_t pages) {
     else if (state == PageState::kSwapped) decommit(w + i * kOsPageSize, (j - i) * kOsPageSize);
     i = j;
   }
+  return false;
 }
 
 }  // namespace
 
-void zero_pages(void* p, std::size_t size) {
+bool zero_pages(void* p, std::size_t size) {
   BRISK_ASSERT(reinterpret_cast<std::uintptr_t>(p) % kOsPageSize == 0 && size % kOsPageSize == 0);
   char* c = static_cast<char*>(p);
+  bool all_present = true;
   for (std::size_t done = 0; done < size;) {
     std::size_t window = size - done;
     if (window > kZeroWindow * kOsPageSize) window = kZeroWindow * kOsPageSize;
-    zero_window(c + done, window / kOsPageSize);
+    all_present = zero_window(c + done, window / kOsPageSize) && all_present;
     done += window;
   }
+  return all_present;
 }
 
 void disable_pagemap_for_test(bool disabled) { g_pagemap_disabled_for_test.store(disabled, std::memory_order_relaxed); }

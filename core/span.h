@@ -83,6 +83,12 @@ struct alignas(BRISK_CACHELINE) Span {
   Block* idle_head = nullptr;
   std::uint32_t idle_absorbed = 0;
   bool idle_purged = false;
+  // A medium span: its first present_os_pages OS pages are in memory, as the last calloc of its
+  // block found them or made them (threadcache/medium.cc), so the next calloc from the run need
+  // not ask the kernel. Pages stay present until brisk gives them back, which this span's pages
+  // are only with the span (reset) or past a shrunk block (cut); a page the kernel swapped out
+  // is faulted back in by the memset, zeroed still. Written by the thread that holds the block.
+  std::uint16_t present_os_pages = 0;
 
   std::uint32_t carved_bytes() const { return carved_blocks * block_size; }
   // Whether address a, a block start of this span (checked already), lies in its carved part:

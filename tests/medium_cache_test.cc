@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "core/platform.h"
+#include "core/stats.h"
 #include "tests/test_util.h"
 #include "core/options.h"
 #include "threadcache/background.h"
@@ -94,6 +95,47 @@ TEST(MediumCache, CallocOfAReusedRunTouchesOnlyThePagesTheBlockBeforeWrote) {
     EXPECT_EQ(ResidentOsPages(z, kSize), 2u) << "calloc wrote pages the block before never wrote";
     for (std::size_t i = 0; i < kSize; ++i) ASSERT_EQ(z[i], 0) << "at " << i;
     brisk_free(z);
+    brisk_thread_collect();
+  }).join();
+}
+
+// A run whose block the last calloc found (or made) present in every OS page is present
+// still: the next calloc from it zeroes it without asking the kernel again (it asked once per
+// calloc before: a mincore each in a loop of fixed-size callocs). A sparse run, whose untouched
+// pages the question finds absent, learns nothing (the test above).
+TEST(MediumCache, ACallocOfARunFoundWhollyPresentAsksNoMore) {
+  if (!CacheOn()) GTEST_SKIP() << "BRISK_MEDIUM_CACHE_BYTES=0: no medium cache";
+  std::thread([] {
+    constexpr std::size_t kSize = 4 * kPage - 4096;  // dirty pages past 128 KiB: calloc asks
+    auto* p = static_cast<unsigned char*>(brisk_malloc(kSize));
+    ASSERT_NE(p, nullptr);
+    std::memset(p, 0x5a, kSize);  // present whole
+    brisk_free(p);
+    const std::uint64_t asked = brisk::stats::g.os_resident_calls.load();
+    auto* z = static_cast<unsigned char*>(brisk_calloc(1, kSize));
+    ASSERT_EQ(z, p) << "the cached run was expected to serve the calloc";
+    const std::uint64_t asked_first = brisk::stats::g.os_resident_calls.load() - asked;
+    EXPECT_GE(asked_first, 1u) << "the first calloc of the run did not ask";
+    for (std::size_t i = 0; i < kSize; ++i) ASSERT_EQ(z[i], 0) << "at " << i;
+    std::memset(z, 0x5b, kSize);
+    brisk_free(z);
+    auto* again = static_cast<unsigned char*>(brisk_calloc(1, kSize));
+    ASSERT_EQ(again, p);
+    EXPECT_EQ(brisk::stats::g.os_resident_calls.load() - asked, asked_first) << "the second calloc asked again";
+    for (std::size_t i = 0; i < kSize; ++i) ASSERT_EQ(again[i], 0) << "at " << i;
+    // Shrunk in place, the run gives back its last pages, which the chunk may purge: grown
+    // into them again, its next calloc asks.
+    auto* small = static_cast<unsigned char*>(brisk_realloc(again, kPage + 4096));
+    ASSERT_EQ(small, p);
+    auto* grown = static_cast<unsigned char*>(brisk_realloc(small, kSize));
+    ASSERT_EQ(grown, p) << "the pages given back were expected free to grow into";
+    brisk_free(grown);
+    const std::uint64_t before_regrown = brisk::stats::g.os_resident_calls.load();
+    auto* regrown = static_cast<unsigned char*>(brisk_calloc(1, kSize));
+    ASSERT_EQ(regrown, p);
+    EXPECT_GT(brisk::stats::g.os_resident_calls.load(), before_regrown) << "pages given back were taken as present";
+    for (std::size_t i = 0; i < kSize; ++i) ASSERT_EQ(regrown[i], 0) << "at " << i;
+    brisk_free(regrown);
     brisk_thread_collect();
   }).join();
 }

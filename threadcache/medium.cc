@@ -89,8 +89,20 @@ void medium_cache_shrink(Heap* h, std::size_t bytes, unsigned slots) {
 // pays for nothing and a small one can save little with: asking at every size (with pagemap
 // alone) made a loop of callocs of 70-98 KB, each written whole, take 1.16x the time.
 constexpr std::size_t kAskMin = 128 * 1024;
-
-void zero_dirty_pages(char* start, std::size_t size, std::uint64_t dirty) {
+//
+// A run whose block's OS pages the last calloc from it found all present, or wrote whole, has
+// them present still (Span::present_os_pages): a calloc it serves again writes zeros over them
+// without asking (a loop of fixed-size callocs written whole from one cached run asked once
+// per calloc for the same answer: about 5% behind glibc and tcmalloc, `brisk-calloc-loop
+// 200000 20000 fixed`). A sparse block's run, whose untouched pages the question found absent,
+// learns nothing, and is asked again the next time.
+void zero_dirty_pages(Span* s, std::size_t size, std::uint64_t dirty) {
+  char* start = s->start;
+  const std::size_t os_pages = (size + kOsPageSize - 1) / kOsPageSize;
+  if (os_pages <= s->present_os_pages) {
+    std::memset(start, 0, size);
+    return;
+  }
   const unsigned pages = pages_for(size);
   BRISK_ASSERT(pages < 64);
   const std::uint64_t in_block = dirty & run_mask(0, pages);
@@ -98,14 +110,18 @@ void zero_dirty_pages(char* start, std::size_t size, std::uint64_t dirty) {
   std::size_t dirty_bytes = std::size_t{count_bits(in_block)} << kPageShift;
   if (((in_block >> (pages - 1)) & 1) != 0) dirty_bytes -= (std::size_t{pages} << kPageShift) - size;
   const bool ask = dirty_bytes >= kAskMin;
-  for_each_bit_run(in_block, [=](unsigned first, unsigned n) {
+  bool all_present = true;
+  for_each_bit_run(in_block, [&](unsigned first, unsigned n) {
     const std::size_t from = std::size_t{first} << kPageShift;
     const std::size_t to = std::size_t{first + n} << kPageShift;
     const std::size_t bytes = (to < size ? to : size) - from;
     // Whole OS pages for zero_pages: the run's pages extend past the block, and are its span's.
-    if (ask) platform::zero_pages(start + from, (bytes + kOsPageSize - 1) & ~(kOsPageSize - 1));
+    if (ask) all_present = platform::zero_pages(start + from, (bytes + kOsPageSize - 1) & ~(kOsPageSize - 1)) && all_present;
     else std::memset(start + from, 0, bytes);
   });
+  // Every OS page of the block is present now if every one of its 64 KiB pages was zeroed
+  // (dirty) and none of their OS pages was left absent.
+  if (all_present && in_block == run_mask(0, pages)) s->present_os_pages = static_cast<std::uint16_t>(os_pages);
 }
 
 }  // namespace
@@ -157,7 +173,7 @@ void* alloc_medium(Heap* h, std::size_t size, bool zero, std::size_t room) {
   }
   auto* b = reinterpret_cast<Block*>(s->start);
   if (zero && dirty != 0) {
-    zero_dirty_pages(s->start, size, dirty);
+    zero_dirty_pages(s, size, dirty);
   } else {
     b->key = 0;
   }
@@ -271,6 +287,9 @@ bool medium_resize_in_place(Span* s, std::size_t new_size) {
   }
   if (want < pages) {
     set_medium_geometry(s, want, new_size);
+    // Pages given back to the chunk may be purged before the run claims them again.
+    const std::size_t kept_os_pages = (std::size_t{want} << kPageShift) / kOsPageSize;
+    if (s->present_os_pages > kept_os_pages) s->present_os_pages = static_cast<std::uint16_t>(kept_os_pages);
     chunk_release_pages(ch, s->first_page + want, pages - want);
     return true;
   }

@@ -246,6 +246,7 @@ void release_span_pages(Span* s) {
   store_shared(s->carved_blocks, 0u);
   store_shared(s->resident_pages, std::uint8_t{0});
   s->span_bytes = 0;
+  s->present_os_pages = 0;
   s->owner.store(nullptr, std::memory_order_relaxed);
   chunk_release_span_pages(ch, first, count);
 }
