@@ -83,11 +83,15 @@ struct alignas(BRISK_CACHELINE) Span {
   Block* idle_head = nullptr;
   std::uint32_t idle_absorbed = 0;
   bool idle_purged = false;
-  // A medium span: its first present_os_pages OS pages are in memory, as the last calloc of its
-  // block found them or made them (threadcache/medium.cc), so the next calloc from the run need
-  // not ask the kernel. Pages stay present until brisk gives them back, which this span's pages
-  // are only with the span (reset) or past a shrunk block (cut); a page the kernel swapped out
-  // is faulted back in by the memset, zeroed still. Written by the thread that holds the block.
+  // A medium span: its first present_os_pages OS pages were in memory when the last calloc of
+  // its block found them so or made them so (threadcache/medium.cc), and the next calloc from
+  // the run within them does not ask the kernel again. brisk gives a live or cached run's pages
+  // back only with the span (reset) or past a block shrunk in place (cut); a page that has
+  // gone since all the same (swapped out, then decommitted by a larger calloc's zeroing, or
+  // given back by the program itself) is faulted back in by that memset, zeroed still: only
+  // the question is saved, never a zero. Written by the thread that holds the block, and reset
+  // by release_span_pages (a freer of the block or the background thread, under the owner's
+  // slow lock).
   std::uint16_t present_os_pages = 0;
 
   std::uint32_t carved_bytes() const { return carved_blocks * block_size; }
