@@ -106,6 +106,17 @@ TEST(MediumCache, CallocOfAReusedRunTouchesOnlyThePagesTheBlockBeforeWrote) {
   }).join();
 }
 
+// Callocs `size` bytes, which the cached run at `run` is expected to serve, zeroed; the block
+// is left live at `run`. Returns the residency questions (mincore, pagemap) the calloc asked.
+std::uint64_t AsksOfCallocFrom(unsigned char* run, std::size_t size) {
+  const std::uint64_t before = brisk::stats::g.os_resident_calls.load();
+  auto* z = static_cast<unsigned char*>(brisk_calloc(1, size));
+  const std::uint64_t asked = brisk::stats::g.os_resident_calls.load() - before;
+  EXPECT_EQ(z, run) << "the cached run was expected to serve the calloc";
+  EXPECT_EQ(FirstNonZero(z, size), size) << "a byte not zeroed";
+  return asked;
+}
+
 // A run whose block the last calloc found (or made) present in every OS page is present
 // still: the next calloc from it zeroes it without asking the kernel again (it asked once per
 // calloc before: a mincore each in a loop of fixed-size callocs). A sparse run, whose untouched
@@ -118,31 +129,17 @@ TEST(MediumCache, ACallocOfARunFoundWhollyPresentAsksNoMore) {
     ASSERT_NE(p, nullptr);
     std::memset(p, 0x5a, kSize);  // present whole
     brisk_free(p);
-    const std::uint64_t asked = brisk::stats::g.os_resident_calls.load();
-    auto* z = static_cast<unsigned char*>(brisk_calloc(1, kSize));
-    ASSERT_EQ(z, p) << "the cached run was expected to serve the calloc";
-    const std::uint64_t asked_first = brisk::stats::g.os_resident_calls.load() - asked;
-    EXPECT_GE(asked_first, 1u) << "the first calloc of the run did not ask";
-    ASSERT_EQ(FirstNonZero(z, kSize), kSize) << "a byte not zeroed";
-    std::memset(z, 0x5b, kSize);
-    brisk_free(z);
-    auto* again = static_cast<unsigned char*>(brisk_calloc(1, kSize));
-    ASSERT_EQ(again, p);
-    EXPECT_EQ(brisk::stats::g.os_resident_calls.load() - asked, asked_first) << "the second calloc asked again";
-    ASSERT_EQ(FirstNonZero(again, kSize), kSize) << "a byte not zeroed";
+    EXPECT_GE(AsksOfCallocFrom(p, kSize), 1u) << "the first calloc of the run did not ask";
+    std::memset(p, 0x5b, kSize);
+    brisk_free(p);
+    EXPECT_EQ(AsksOfCallocFrom(p, kSize), 0u) << "the second calloc asked again";
     // Shrunk in place, the run gives back its last pages, which the chunk may purge: grown
     // into them again, its next calloc asks.
-    auto* small = static_cast<unsigned char*>(brisk_realloc(again, kPage + 4096));
-    ASSERT_EQ(small, p);
-    auto* grown = static_cast<unsigned char*>(brisk_realloc(small, kSize));
-    ASSERT_EQ(grown, p) << "the pages given back were expected free to grow into";
-    brisk_free(grown);
-    const std::uint64_t before_regrown = brisk::stats::g.os_resident_calls.load();
-    auto* regrown = static_cast<unsigned char*>(brisk_calloc(1, kSize));
-    ASSERT_EQ(regrown, p);
-    EXPECT_GT(brisk::stats::g.os_resident_calls.load(), before_regrown) << "pages given back were taken as present";
-    ASSERT_EQ(FirstNonZero(regrown, kSize), kSize) << "a byte not zeroed";
-    brisk_free(regrown);
+    ASSERT_EQ(brisk_realloc(p, kPage + 4096), p);
+    ASSERT_EQ(brisk_realloc(p, kSize), p) << "the pages given back were expected free to grow into";
+    brisk_free(p);
+    EXPECT_GE(AsksOfCallocFrom(p, kSize), 1u) << "pages given back were taken as present";
+    brisk_free(p);
     brisk_thread_collect();
   }).join();
 }
