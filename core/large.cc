@@ -514,10 +514,10 @@ void large_give(LargeMapping m) {
 
 std::atomic<void (*)(void*)> g_large_moved_test_hook{nullptr};
 
-void* large_realloc(void* p, LargeHeader* h, std::size_t new_size) {
+bool large_resize_in_place(void* p, LargeHeader* h, std::size_t new_size) {
   char* base = h->base;
   std::size_t offset = static_cast<std::size_t>(static_cast<char*>(p) - base);
-  if (new_size > (std::size_t{1} << 62)) return nullptr;
+  if (new_size > (std::size_t{1} << 62)) return false;
   std::size_t need = round_up(offset + new_size, kOsPageSize);
   std::size_t old = h->map_size;
   if (need <= old) {
@@ -527,21 +527,31 @@ void* large_realloc(void* p, LargeHeader* h, std::size_t new_size) {
       stats::add(&stats::Stripe::large_bytes_mapped, -static_cast<std::int64_t>(old - need));
       stats::add(&stats::Stripe::large_bytes_in_use, -static_cast<std::int64_t>(old - need));
     }
-    return p;
+    return true;
   }
   // The cached space right after the mapping, else the kernel's (only a default-aligned
   // mapping's neighbours are cached).
   if (h->alignment == kChunkSize && cache_take_adjacent(base + old, need - old)) {
     h->map_size = need;
     stats::add(&stats::Stripe::large_bytes_in_use, static_cast<std::int64_t>(need - old));
-    return p;
+    return true;
   }
   if (platform::remap_in_place(base, old, need)) {
     h->map_size = need;
     stats::add(&stats::Stripe::large_bytes_mapped, static_cast<std::int64_t>(need - old));
     stats::add(&stats::Stripe::large_bytes_in_use, static_cast<std::int64_t>(need - old));
-    return p;
+    return true;
   }
+  return false;
+}
+
+void* large_realloc(void* p, LargeHeader* h, std::size_t new_size) {
+  if (new_size > (std::size_t{1} << 62)) return nullptr;
+  if (large_resize_in_place(p, h, new_size)) return p;
+  char* base = h->base;
+  std::size_t offset = static_cast<std::size_t>(static_cast<char*>(p) - base);
+  std::size_t need = round_up(offset + new_size, kOsPageSize);
+  std::size_t old = h->map_size;
   // Move the pages (not the bytes) to a fresh aligned reservation: mremap with MREMAP_FIXED
   // keeps the alignment that the region map relies on.
   char* target = static_cast<char*>(platform::map_aligned(need, h->alignment));

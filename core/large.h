@@ -54,6 +54,10 @@ void large_give(LargeMapping m);
 
 // Resizes in place (mremap) or moves the pages without copying. nullptr if it cannot; p intact.
 void* large_realloc(void* p, LargeHeader* h, std::size_t new_size);
+// large_realloc's in-place part: p's mapping holds new_size bytes from p afterwards (grown into
+// the cached space after it or by mremap; shrunk when that frees half of it). False: it cannot
+// grow where it is, and p is untouched.
+bool large_resize_in_place(void* p, LargeHeader* h, std::size_t new_size);
 
 // Test hook, null in production: large_realloc calls it with the old user pointer once it has
 // moved a block's pages away, so a test can stand in for another thread mapping a block there.

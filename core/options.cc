@@ -146,6 +146,11 @@ constexpr Option kTable[] = {
     // takes again (MMtest strings-raw, low-memory with a 2m medium cache: 26.8 MiB peak with a
     // 2m stash, 24.3 without, the time the same).
     {Id::kLargeStashBytes, "BRISK_LARGE_STASH_BYTES", {2 * MiB, 2 * MiB, 0}, 0, std::int64_t{1} << 40},
+    // Debug mode resizes a block in place where the memory it is carved from has room or can
+    // grow, as glibc's checking mode does; 1 moves every block, as valgrind and ASan do, so that
+    // code that keeps using the old pointer writes into the quarantine and is reported (debug/
+    // block.h, realloc_in_place).
+    {Id::kDebugReallocMoves, "BRISK_DEBUG_REALLOC_MOVES", {0, 0, 0}, 0, 1},
 };
 constexpr unsigned kOptionCount = static_cast<unsigned>(Id::kCount);
 static_assert(sizeof kTable / sizeof kTable[0] == kOptionCount, "one row per option id");

@@ -56,6 +56,7 @@ std::atomic<bool> g_keep_going{false};  // BRISK_DEBUG_ACTION=report
 // second in release mode); its edges are where an overrun, a short copy or a stale pointer to
 // its start land.
 std::atomic<std::size_t> g_fill_limit{std::size_t{1} << 20};  // options.cc's default, until init()
+std::atomic<bool> g_realloc_moves{false};  // BRISK_DEBUG_REALLOC_MOVES
 __thread std::uint32_t t_thread_number __attribute__((tls_model("initial-exec"))) = 0;
 
 std::uint32_t thread_number() {
@@ -419,6 +420,7 @@ void init() {
   }
   g_keep_going.store(options::get(options::Id::kDebugAction) == 1, std::memory_order_relaxed);
   g_fill_limit.store(static_cast<std::size_t>(options::get(options::Id::kDebugFillLimit)), std::memory_order_relaxed);
+  g_realloc_moves.store(options::get(options::Id::kDebugReallocMoves) != 0, std::memory_order_relaxed);
   g_quarantine.init(Quarantine::default_budget(), 1u << 16);
   fill_check_init();
   // Installed at load already, unless this runs in a constructor before debug/'s.
@@ -429,6 +431,7 @@ void init() {
 
 void set_keep_going(bool keep_going) { g_keep_going.store(keep_going, std::memory_order_relaxed); }
 void set_fill_limit(std::size_t bytes) { g_fill_limit.store(bytes, std::memory_order_relaxed); }
+void set_realloc_moves(bool moves) { g_realloc_moves.store(moves, std::memory_order_relaxed); }
 
 namespace {
 
@@ -452,7 +455,7 @@ void* with_debug_heap(Make make) {
 
 }  // namespace
 
-void* allocate(std::size_t size, std::size_t alignment, Kind kind, bool zero) {
+void* allocate(std::size_t size, std::size_t alignment, Kind kind, bool zero, Growth growth) {
   if (alignment < kMinAlign) alignment = kMinAlign;
   constexpr std::size_t kLimit = static_cast<std::size_t>(PTRDIFF_MAX) / 2;
   if (size > kLimit) {
@@ -468,9 +471,13 @@ void* allocate(std::size_t size, std::size_t alignment, Kind kind, bool zero) {
   std::uint32_t stack = capture(0, Site::kAllocate);
   void* user = with_debug_heap([=](DebugHeap* d) -> void* {
     // The debug heap is the calling thread's: its spans are used without a lock.
-    void* u = total <= kSmallMax    ? alloc_small(d, size_to_class(total), total)
-              : total <= kMediumMax ? alloc_medium(d, total, false)
-                                    : large_alloc(total, kMinAlign, zero);  // total has the slack
+    // With room: the run takes pages for the room too (within kMediumMax), untouched until the
+    // block grows into them.
+    const std::size_t room = growth.room > size ? total + (growth.room - size) : 0;
+    void* u = growth.large || total > kMediumMax
+                  ? large_alloc(total, kMinAlign, zero)  // total has the slack
+              : total <= kSmallMax ? alloc_small(d, size_to_class(total), total)
+                                   : alloc_medium(d, total, false, room < kMediumMax ? room : kMediumMax);
     if (u == nullptr) return nullptr;
     auto ua = reinterpret_cast<std::uintptr_t>(u);
     std::uintptr_t a = (ua + kHeaderBytes + alignment - 1) & ~(alignment - 1);
@@ -490,7 +497,7 @@ void* allocate(std::size_t size, std::size_t alignment, Kind kind, bool zero) {
     std::memset(h->guard, kGuardByte, kGuardBytes);
     seal(h);
     if (!zero) fill_user(h, kAllocByte, copied);
-    else if (total <= kMediumMax) std::memset(user_of(h), 0, size);  // large_alloc zeroed the rest
+    else if (!growth.large && total <= kMediumMax) std::memset(user_of(h), 0, size);  // large_alloc zeroed the rest
     std::memset(user_of(h) + size, kGuardByte, kGuardBytes);
     store_check(h, kMagic ^ a);
     add_made(d, h);
@@ -661,6 +668,39 @@ ReallocCheck check_before_realloc(void* p, std::size_t* user_size) {
   }
   if (s.problem != nullptr) problem_found(s);
   return live ? ReallocCheck::kLive : ReallocCheck::kBad;
+}
+
+bool realloc_in_place(void* p, std::size_t size) {
+  auto* h = reinterpret_cast<Header*>(static_cast<char*>(p) - kHeaderBytes);
+  BRISK_ASSERT(h->state == State::kQuarantined);
+  constexpr std::size_t kLimit = static_cast<std::size_t>(PTRDIFF_MAX) / 2;  // allocate's
+  if (size == 0 || size > kLimit || g_realloc_moves.load(std::memory_order_relaxed)) return false;
+  // The bytes of the underlying block the resized debug block takes: its alignment slack and
+  // header, the user data and the canary.
+  char* u = h->underlying;
+  const std::size_t need = static_cast<std::size_t>(user_of(h) - u) + size + kGuardBytes;
+  auto ua = reinterpret_cast<std::uintptr_t>(u);
+  std::uint8_t kind = region_kind(ua);
+  if (kind == kRegionChunk) {
+    // The underlying block is the program's through p: a small one has its class's size; a
+    // medium one's run grows into free pages after it (a claim any holder may make) or gives
+    // back the pages past its new end.
+    Span* s = chunk_of(ua)->span_of(ua);
+    bool fits = s->kind == SpanKind::kSmall ? need <= s->block_size
+                                            : need <= kMediumMax && medium_resize_in_place(s, need);
+    if (!fits) return false;
+  } else {
+    LargeHeader* lh = large_header_of(u, kind);
+    if (lh == nullptr || !large_resize_in_place(u, lh, need)) return false;
+  }
+  const std::size_t old_size = h->user_size;
+  // Held by this thread and in no list (check_before_realloc): no other thread reads the
+  // header until realloc_done links it again and seals the new size.
+  h->user_size = size;
+  h->edges_only = fill_edges_only(size);
+  if (size > old_size) fill_user(h, kAllocByte, old_size);  // over the old canary too
+  std::memset(user_of(h) + size, kGuardByte, kGuardBytes);
+  return true;
 }
 
 void realloc_done(void* p, bool moved) {

@@ -55,9 +55,18 @@ struct CopiedPrefixScope {
 // The debug block at user pointer p, live or in quarantine: true and its user size, or false
 // when p is not one.
 bool usable_size(const void* p, std::size_t* size);
+// Where a block that realloc moves to grow is carved, so that its next steps can stay in place
+// (realloc_in_place), as the entry layer places release blocks (override/entry.cc's
+// grow_elsewhere): room, when above the size, is the user size the block it is carved from
+// takes pages for (a medium run; ignored for small and large ones); large: from a large block,
+// whatever its size, which grows into the cached space after its mapping.
+struct Growth {
+  std::size_t room = 0;
+  bool large = false;
+};
 // nullptr with errno = ENOMEM on failure. alignment: a power of two, at most kMaxAlignment
 // (larger alignments get release blocks: see allocate's caller).
-void* allocate(std::size_t size, std::size_t alignment, Kind kind, bool zero);
+void* allocate(std::size_t size, std::size_t alignment, Kind kind, bool zero, Growth growth = {});
 // Frees a debug block, checking it (sized: the size the caller gave, 0 when none). False when
 // p is not a debug block nor in a debug span: the caller treats it as a release block.
 bool release(void* p, Kind kind, std::size_t sized);
@@ -70,6 +79,12 @@ bool release(void* p, Kind kind, std::size_t sized);
 // otherwise.
 enum class ReallocCheck { kNotDebug, kLive, kBad };
 ReallocCheck check_before_realloc(void* p, std::size_t* user_size);
+// After kLive, before realloc_done: resizes p to size bytes where it lies, when the block it is
+// carved from has room or grows in place (a medium run into the free pages after it, a large
+// mapping into cached space or by mremap), and BRISK_DEBUG_REALLOC_MOVES is off. New bytes get
+// the new pattern, the canary moves to the new end; realloc_done(p, false) then makes p live
+// again with its new size. False: nothing changed, p is to be moved.
+bool realloc_in_place(void* p, std::size_t size);
 void realloc_done(void* p, bool moved);
 // brisk_check_heap for the one debug block at p (live or quarantined): 1 if damaged (reported).
 int check_block(const void* p);
@@ -91,6 +106,10 @@ int report_leaks();
 // thirds of it in memset and the check).
 inline constexpr std::size_t kFillEdgeBytes = 4096;
 void set_fill_limit(std::size_t bytes);
+
+// BRISK_DEBUG_REALLOC_MOVES: true moves every block realloc is asked to resize (see
+// realloc_in_place). init() reads the variable; tests set it here after init().
+void set_realloc_moves(bool moves);
 
 // BRISK_DEBUG_ACTION: false (abort, the default) aborts after a report; true (report) goes on,
 // never reusing a damaged block. init() reads the variable; tests set it here after init().

@@ -59,17 +59,22 @@ std::size_t medium_max() {
 // stay medium: the large path's one lock and its 4 MiB-aligned carving cost more for them
 // (prodcons took 1.08x the time with BRISK_MEDIUM_MAX=256k).
 constexpr std::size_t kGrowLargeMin = 256 * 1024;
+//
+// In debug mode the new block is a debug block placed the same way (debug::Growth), so that its
+// next steps too stay in place (debug::realloc_in_place) rather than copy, fill and check it.
 void* grow_elsewhere(std::size_t old_usable, std::size_t size) {
   const std::size_t max = medium_max();  // one read: a strategy switch may change it meanwhile
-  if (size > kGrowLargeMin && size <= max && BRISK_LIKELY(!debug_mode_on())) {
+  const bool debug = BRISK_UNLIKELY(debug_mode_on());
+  if (size > kGrowLargeMin && size <= max) {
+    if (debug) return debug::allocate(size, kMinAlign, debug::Kind::kMalloc, false, {0, true});
     void* q = large_alloc_here(size, kMinAlign, false);
     if (q == nullptr) errno = ENOMEM;
     return q;
   }
-  if (size <= kSmallMax || size > max || size >= old_usable + old_usable / 2 || BRISK_UNLIKELY(debug_mode_on()))
-    return malloc_inline(size);
-  const std::size_t room = size + size / 2;
-  void* q = alloc_medium_here(size, false, room < max ? room : max);
+  if (size <= kSmallMax || size > max || size >= old_usable + old_usable / 2) return malloc_inline(size);
+  const std::size_t room = size + size / 2 < max ? size + size / 2 : max;
+  if (debug) return debug::allocate(size, kMinAlign, debug::Kind::kMalloc, false, {room, false});
+  void* q = alloc_medium_here(size, false, room);
   if (q == nullptr) errno = ENOMEM;
   return q;
 }
@@ -133,13 +138,19 @@ void* realloc_impl(void* p, std::size_t size) {
         return nullptr;
       case debug::ReallocCheck::kLive: {
         // p is freed already (block.h): realloc_done finishes its free, or makes it live again.
+        // In debug mode it stays where it is if it can; a debug block reallocated after the
+        // mode was left becomes a release block.
+        if (debug_mode_on() && debug::realloc_in_place(p, size)) {
+          debug::realloc_done(p, false);
+          return p;
+        }
         const std::size_t copied = old_size < size ? old_size : size;
         void* q = nullptr;
         if (size != 0) {
           // A debug block made here gets the new pattern past the copy only: the copy
           // overwrites the rest at once.
           debug::CopiedPrefixScope scope(copied);
-          q = malloc_inline(size);  // made in the current mode
+          q = size > old_size ? grow_elsewhere(old_size, size) : malloc_inline(size);  // made in the current mode
         }
         if (q != nullptr) std::memcpy(q, p, copied);
         debug::realloc_done(p, q != nullptr || size == 0);
