@@ -45,7 +45,7 @@ constexpr const char* kUsage =
     "                     a path to a .so, or LABEL=NAME|PATH; repeatable (default all)\n"
     "  --alloc LABEL=NAME|PATH,VAR=VALUE[,VAR=VALUE...]\n"
     "                     the same with variables set for this allocator's runs only, e.g.\n"
-    "                     brisk-debug=brisk,BRISK_DEBUG=1 or glibc-check=system,MALLOC_CHECK_=3\n"
+    "                     brisk-debug=brisk,BRISK_DEBUG=1 or glibc-perturb=system,MALLOC_PERTURB_=165\n"
     "  --baseline LABEL   the allocator the ratios divide by (default brisk)\n"
     "  --json FILE        also write every sample and the summary as JSON\n"
     "  --svg FILE         also draw the ratios and intervals as an SVG chart\n"
