@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -125,6 +126,17 @@ std::optional<Allocator> resolve_allocator(const std::string& spec, const std::s
   // ld.so resolves a preload without a slash through the library path; always pass a full path.
   allocator.preload = real_path(what);
   return allocator;
+}
+
+std::string environment_warning(const Allocator& allocator, const char* glibc_version) {
+  bool check = false;
+  for (const std::string& variable : allocator.environment) check |= variable.rfind("MALLOC_CHECK_=", 0) == 0;
+  if (!check || !allocator.preload.empty()) return "";
+  int major = 0, minor = 0;
+  if (std::sscanf(glibc_version, "%d.%d", &major, &minor) != 2 || major < 2 || (major == 2 && minor < 34)) return "";
+  return allocator.label + ": glibc " + glibc_version +
+         " ignores MALLOC_CHECK_ unless libc_malloc_debug.so is preloaded, so this runs glibc without its checks;"
+         " use LABEL=/usr/lib/<multiarch>/libc_malloc_debug.so.0,MALLOC_CHECK_=...";
 }
 
 bool preload_took_effect(const Allocator& allocator, const std::string& probe_path, std::string* note,

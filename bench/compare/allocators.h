@@ -27,6 +27,11 @@ const std::vector<std::string>& known_allocator_names();
 std::optional<Allocator> resolve_allocator(const std::string& spec, const std::string& brisk_library,
                                            std::string* note, bool* unknown);
 
+// A warning about settings that would not do what they say, or "": MALLOC_CHECK_ for the
+// system allocator, which glibc 2.34 and later ignore unless libc_malloc_debug.so is preloaded
+// (the run would measure glibc without its checks). glibc_version: gnu_get_libc_version()'s.
+std::string environment_warning(const Allocator& allocator, const char* glibc_version);
+
 // Runs the preload probe under the allocator and checks that `malloc` resolves into the preloaded
 // library (into libc for the system allocator). ld.so only warns when a preload fails, so
 // without this a missing or broken library would be measured as the system allocator.

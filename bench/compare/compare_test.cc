@@ -120,6 +120,23 @@ TEST(Resolve, VariablesAfterTheLibraryBelongToThatAllocator) {
   }
 }
 
+// glibc 2.34 moved MALLOC_CHECK_ into libc_malloc_debug.so: set for the system allocator alone
+// it does nothing, and a comparison against "glibc's checks" would measure plain glibc.
+TEST(Resolve, MallocCheckWithoutTheDebugLibraryIsWarnedAbout) {
+  std::string note;
+  bool unknown = false;
+  auto ignored = resolve_allocator("glibc-check=system,MALLOC_CHECK_=3,MALLOC_PERTURB_=165", "", &note, &unknown);
+  ASSERT_TRUE(ignored) << note;
+  EXPECT_NE(environment_warning(*ignored, "2.36").find("libc_malloc_debug.so"), std::string::npos);
+  EXPECT_EQ(environment_warning(*ignored, "2.33"), "") << "before 2.34 libc itself reads MALLOC_CHECK_";
+  Allocator with_library = *ignored;
+  with_library.preload = "/usr/lib/x86_64-linux-gnu/libc_malloc_debug.so.0";
+  EXPECT_EQ(environment_warning(with_library, "2.36"), "");
+  auto perturb = resolve_allocator("glibc-perturb=system,MALLOC_PERTURB_=165", "", &note, &unknown);
+  ASSERT_TRUE(perturb) << note;
+  EXPECT_EQ(environment_warning(*perturb, "2.36"), "");
+}
+
 TEST(Measure, AVariableSetForARunReplacesTheInheritedOne) {
   setenv("BRISK_BENCH_TEST_VARIABLE", "inherited", 1);
   RunOptions options;

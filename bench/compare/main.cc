@@ -1,6 +1,7 @@
 // brisk-compare: runs a command under several allocators, preloaded, in alternating paired
 // rounds, and reports each allocator's median time ratio to a baseline with a bootstrap interval.
 // See bench/README.md for the method and how to read the table.
+#include <gnu/libc-version.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -322,6 +323,10 @@ int run(int argc, char** argv) {
     if (labels.count(allocator->label)) {
       // "--alloc all --alloc jemalloc" names jemalloc twice; run it once.
       continue;
+    }
+    if (std::string warning = environment_warning(*allocator, gnu_get_libc_version()); !warning.empty()) {
+      std::fprintf(stderr, "brisk-compare: warning: %s\n", warning.c_str());
+      context.notes.push_back("warning: " + warning);
     }
     if (!preload_took_effect(*allocator, probe, &note, &detail)) {
       std::fprintf(stderr, "brisk-compare: %s\n", note.c_str());
