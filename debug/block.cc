@@ -24,6 +24,7 @@
 #include "debug/fill_check.h"
 #include "debug/quarantine.h"
 #include "debug/report.h"
+#include "debug/snapshot.h"
 #include "debug/stack_trace.h"
 #include "core/text_writer.h"
 #include "threadcache/debug_switch.h"
@@ -50,7 +51,6 @@ static_assert(kOsPageSize + kHeaderBytes + kMaxAlignment - kMinAlign < kChunkSiz
 Quarantine g_quarantine;
 std::atomic<std::uint32_t> g_thread_numbers{0};
 int g_stack_depth = 0;
-std::atomic<bool> g_keep_going{false};  // BRISK_DEBUG_ACTION=report
 // BRISK_DEBUG_FILL_LIMIT. Filling a 10-100 MiB block whole costs a page fault per 4 KiB page
 // and two passes over it (MMtest's large test ran 82 s at 0.02% scale, against well under a
 // second in release mode); its edges are where an overrun, a short copy or a stale pointer to
@@ -102,7 +102,6 @@ BRISK_ALWAYS_INLINE std::uint32_t capture(int skip, Site site) {
   return capture_walk(skip, site);
 }
 
-char* user_of(const Header* h) { return reinterpret_cast<char*>(const_cast<Header*>(h)) + kHeaderBytes; }
 
 std::uint64_t load_check(const Header* h) {
   return std::atomic_ref<std::uint64_t>(const_cast<Header*>(h)->check).load(std::memory_order_relaxed);
@@ -267,63 +266,6 @@ bool freed_pattern_intact(const Header* h, FillDamage* damage) {
 const char* quarantined_damage(const Header* h, FillDamage* damage) {
   if (const char* problem = damage_of(h, damage)) return problem;
   return freed_pattern_intact(h, damage) ? nullptr : kWriteAfterFreeFound;
-}
-
-// A report's inputs, copied while the block could not change (under its heap's live_lock), so that it can be
-// reported after the lock is dropped.
-struct Snapshot {
-  const char* problem = nullptr;
-  const void* user = nullptr;
-  std::size_t user_size = 0;
-  std::uint32_t alloc_thread = 0, free_thread = 0, alloc_stack = 0, free_stack = 0;
-  bool has_damage = false;
-  FillDamage damage;
-  std::size_t dump_size = 0;
-  std::uint8_t dump[kDumpBytes];
-};
-
-void take_snapshot(Snapshot* s, const char* problem, const Header* h, const FillDamage* damage) {
-  s->problem = problem;
-  s->user = user_of(h);
-  s->user_size = h->user_size;
-  s->alloc_thread = h->alloc_thread;
-  s->free_thread = h->free_thread;
-  s->alloc_stack = h->alloc_stack;
-  s->free_stack = h->free_stack;
-  s->has_damage = damage != nullptr && damage->range_count > 0;
-  if (s->has_damage) s->damage = *damage;
-  // The dump covers the user data and the canary: an overrun shows.
-  std::size_t n = h->user_size + kGuardBytes;
-  s->dump_size = n < kDumpBytes ? n : kDumpBytes;
-  std::memcpy(s->dump, user_of(h), s->dump_size);
-}
-
-void emit(const Snapshot& s) {
-  BlockReport r;
-  r.problem = s.problem;
-  r.block = s.user;
-  r.user_size = s.user_size;
-  r.damage = s.has_damage ? &s.damage : nullptr;
-  r.allocated.thread = s.alloc_thread;
-  r.allocated.depth = g_depot.fetch(s.alloc_stack, &r.allocated.frames);
-  r.freed.thread = s.free_thread;
-  if (s.free_thread != 0) r.freed.depth = g_depot.fetch(s.free_stack, &r.freed.frames);
-  r.dump = s.dump;
-  r.dump_size = s.dump_size;
-  report_problem(r);
-}
-
-// Reports and, unless BRISK_DEBUG_ACTION=report, aborts.
-void problem_found(const Snapshot& s) {
-  emit(s);
-  if (!g_keep_going.load(std::memory_order_relaxed)) std::abort();
-}
-
-void problem_at(const char* problem, const void* p) {
-  Snapshot s;
-  s.problem = problem;
-  s.user = p;
-  problem_found(s);
 }
 
 // A block whose header names no debug heap: reported, and left where it is (no lock guards it,

@@ -67,6 +67,9 @@ BRISK_ALWAYS_INLINE std::uint32_t mix_checksum(std::uint64_t mix) {
 BRISK_ALWAYS_INLINE std::uint32_t checksum_of(const Header* h) { return mix_checksum(mix_of(h)); }
 BRISK_ALWAYS_INLINE void seal(Header* h) { h->checksum = checksum_of(h); }
 
+// The user data, right after the header.
+inline char* user_of(const Header* h) { return reinterpret_cast<char*>(const_cast<Header*>(h)) + sizeof(Header); }
+
 // Every captured stack, stored once (block.cc's capture).
 extern StackDepot g_depot;
 // debug::init's progress: 0 not started, 1 running, 2 done.
