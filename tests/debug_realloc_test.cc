@@ -1,0 +1,147 @@
+// Debug mode's realloc: the new pattern past the bytes kept, the canary at the new end, in
+// place where the block's memory has room or grows, moved otherwise (and always with
+// BRISK_DEBUG_REALLOC_MOVES), placed to grow again, and a failed realloc that leaves the block
+// as it was.
+#include <brisk/brisk.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+
+#include "core/chunk.h"
+#include "debug/block.h"
+#include "debug/block_layout.h"
+#include "tests/debug_mode_fixture.h"
+
+namespace {
+
+// realloc gives the new block the new pattern only past the bytes it copies (the copy would
+// overwrite the rest at once), or, resizing in place, past the old size: the result is the old
+// bytes, then the new pattern up to the new size (on a block above the fill limit, where its
+// edges carry it), then an intact canary, for growth and shrinking within and across small,
+// medium and large blocks; with BRISK_DEBUG_REALLOC_MOVES, every one of them moves.
+TEST_F(DebugMode, AReallocatedBlockHoldsTheOldBytesThenTheNewPatternThenItsCanary) {
+  using brisk::debug::kFillEdgeBytes;
+  brisk::debug::set_fill_limit(256 * 1024);
+  const struct {
+    size_t from, to;
+  } moves[] = {{40, 100}, {100, 40}, {40, 48}, {5000, 70000}, {70000, 9000}, {70000, 70100}, {70000, 600000},
+               {600000, size_t{3} << 20}, {size_t{3} << 20, size_t{4} << 20}, {size_t{4} << 20, size_t{3} << 20},
+               // Above the limit, copies that end inside the first edge and inside the last.
+               {100, 300000}, {298000, 300000}};
+  for (bool always_move : {true, false}) {
+    brisk::debug::set_realloc_moves(always_move);
+    for (const auto& m : moves) {
+      auto* p = static_cast<unsigned char*>(brisk_malloc(m.from));
+      ASSERT_NE(p, nullptr);
+      std::memset(p, 0x11, m.from);
+      auto* q = static_cast<unsigned char*>(brisk_realloc(p, m.to));
+      ASSERT_NE(q, nullptr);
+      if (always_move) {
+        ASSERT_NE(q, p) << m.from << " -> " << m.to << ": BRISK_DEBUG_REALLOC_MOVES moves every block";
+      }
+      const size_t kept = std::min(m.from, m.to);
+      const bool edges = m.to > 256 * 1024;
+      // The copied bytes sampled (never past their end), every byte after them.
+      for (size_t i = 0; i < m.to; i += (i < kept ? std::min(1 + i / 16, kept - i) : 1)) {
+        if (i < kept) {
+          ASSERT_EQ(q[i], 0x11) << m.from << " -> " << m.to << " at " << i;
+        } else if (!edges || i < kFillEdgeBytes || i >= m.to - kFillEdgeBytes) {
+          ASSERT_EQ(q[i], brisk::debug::kAllocByte) << m.from << " -> " << m.to << " at " << i;
+        }
+      }
+      EXPECT_EQ(brisk_usable_size(q), m.to);
+      EXPECT_EQ(brisk::debug::check_block(q), 0) << m.from << " -> " << m.to << Reports();
+      brisk_free(q);
+    }
+  }
+  brisk::debug::set_realloc_moves(false);
+  brisk::debug::set_fill_limit(DefaultFillLimit());
+  EXPECT_EQ(ReportCount(), 0) << Reports();
+  EXPECT_EQ(brisk_check_heap(), 0) << Reports();
+}
+
+// Debug mode resizes a block where it lies when the memory it is carved from has room (a small
+// block's class, a medium run's last page) or grows there: the pointer stays, the canary moves
+// to the new end (an overrun of one byte past it is caught, a write where the old canary was is
+// not), and the header's new size is sealed (brisk_check_heap finds the block sound).
+TEST_F(DebugMode, AReallocWithRoomResizesInPlaceAndMovesTheCanary) {
+  const struct {
+    size_t from, to;
+  } resizes[] = {{40, 48}, {48, 24}, {70000, 70100}, {70000, 20000}, {size_t{3} << 20, (size_t{3} << 20) + 100}};
+  for (const auto& r : resizes) {
+    auto* p = static_cast<unsigned char*>(brisk_malloc(r.from));
+    ASSERT_NE(p, nullptr);
+    std::memset(p, 0x22, r.from);
+    auto* q = static_cast<unsigned char*>(brisk_realloc(p, r.to));
+    ASSERT_EQ(q, p) << r.from << " -> " << r.to << ": the block had room where it lies";
+    EXPECT_EQ(brisk_usable_size(q), r.to);
+    EXPECT_EQ(brisk_check_heap(), 0) << r.from << " -> " << r.to << Reports();
+    std::memset(q, 0x33, r.to);  // over the old canary when the block grew
+    EXPECT_EQ(brisk::debug::check_block(q), 0) << r.from << " -> " << r.to << Reports();
+    q[r.to] ^= 0x01;
+    EXPECT_EQ(brisk::debug::check_block(q), 1) << r.from << " -> " << r.to << ": an overrun past the new size went unseen";
+    q[r.to] ^= 0x01;
+    EXPECT_EQ(brisk::debug::check_block(q), 0) << r.from << " -> " << r.to << Reports();
+    brisk_free(q);
+  }
+  EXPECT_EQ(ReportCount(), static_cast<int>(sizeof resizes / sizeof resizes[0])) << Reports();
+  std::lock_guard<std::mutex> g(g_reports_mutex);
+  g_reports.clear();
+  g_report_count = 0;
+}
+
+// A block that realloc moves to grow is placed for its next steps (debug::Growth, which the
+// entry layer's grow_elsewhere asks for): with room, its medium run takes pages for the room,
+// so growing into them stays in place whatever lies after the run; large, it is carved from a
+// large block even below the medium sizes' bound.
+TEST_F(DebugMode, AGrowingBlockIsPlacedToGrowAgainInPlace) {
+  using brisk::debug::Header;
+  auto underlying_of = [](void* p) {
+    return reinterpret_cast<std::uintptr_t>(reinterpret_cast<Header*>(static_cast<char*>(p) - sizeof(Header))->underlying);
+  };
+  auto* p = static_cast<unsigned char*>(brisk::debug::allocate(250000, 16, brisk::debug::Kind::kMalloc, false, {375000, false}));
+  ASSERT_NE(p, nullptr);
+  std::uintptr_t u = underlying_of(p);
+  ASSERT_EQ(brisk::region_kind(u), brisk::kRegionChunk);
+  EXPECT_GE(brisk::chunk_of(u)->span_of(u)->page_count * brisk::kPageSize, 375000 + sizeof(Header) + brisk::debug::kGuardBytes)
+      << "the run took no pages for the room";
+  std::memset(p, 0x44, 250000);
+  auto* q = static_cast<unsigned char*>(brisk_realloc(p, 370000));
+  EXPECT_EQ(q, p) << "growing into the room moved the block";
+  EXPECT_EQ(q[249999], 0x44);
+  EXPECT_EQ(q[250000], brisk::debug::kAllocByte);
+  EXPECT_EQ(brisk::debug::check_block(q), 0) << Reports();
+  brisk_free(q);
+
+  auto* l = static_cast<unsigned char*>(brisk::debug::allocate(300000, 16, brisk::debug::Kind::kMalloc, false, {0, true}));
+  ASSERT_NE(l, nullptr);
+  EXPECT_NE(brisk::region_kind(underlying_of(l)), brisk::kRegionChunk) << "a 300 KB block asked to be large is in a chunk";
+  EXPECT_EQ(brisk_usable_size(l), 300000u);
+  EXPECT_EQ(brisk::debug::check_block(l), 0) << Reports();
+  brisk_free(l);
+  EXPECT_EQ(ReportCount(), 0) << Reports();
+}
+
+TEST_F(DebugMode, AFailedReallocLeavesTheBlockLiveAndIntact) {
+  auto* p = static_cast<char*>(brisk_malloc(40));
+  std::memcpy(p, "0123456789abcdefghijklmnopqrstuvwxyzABC", 40);
+  errno = 0;
+  EXPECT_EQ(brisk_realloc(p, std::size_t{1} << 62), nullptr);
+  EXPECT_EQ(errno, ENOMEM);
+  EXPECT_EQ(std::memcmp(p, "0123456789abcdefghijklmnopqrstuvwxyzABC", 40), 0);
+  EXPECT_EQ(brisk_usable_size(p), 40u);
+  EXPECT_EQ(brisk_check_heap(), 0) << Reports();
+  auto* q = static_cast<char*>(brisk_realloc(p, 60));  // live again: realloc and free work
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(std::memcmp(q, "0123456789abcdefghijklmnopqrstuvwxyzABC", 40), 0);
+  brisk_free(q);
+  EXPECT_EQ(ReportCount(), 0) << Reports();
+}
+
+}  // namespace
