@@ -76,6 +76,13 @@ struct Traffic {
   }
 };
 
+// The traffic starts once the switcher has switched: on a loaded machine a short run could
+// otherwise end before the switcher thread ran at all (a smoke run in CI did: "no switch
+// happened"), and measure nothing of what the workload is for.
+void wait_until(const std::atomic<bool>& flag) {
+  while (!flag.load(std::memory_order_acquire)) std::this_thread::yield();
+}
+
 }  // namespace
 
 void run_brisk_api(Context& ctx) {
@@ -92,7 +99,7 @@ void run_brisk_api(Context& ctx) {
   ctx.recorder.measure(
       kName, t.threads(),
       [&] {
-        std::atomic<bool> stop{false};
+        std::atomic<bool> stop{false}, switched{false};
         std::thread switcher([&] {
           while (!stop.load(std::memory_order_relaxed)) {
             api.enter();
@@ -101,9 +108,11 @@ void run_brisk_api(Context& ctx) {
             api.exit();
             std::this_thread::yield();
             ++switches;
+            switched.store(true, std::memory_order_release);
           }
           set_strategy(1);  // balanced, the default
         });
+        wait_until(switched);
         std::uint64_t ops = prodcons_traffic(ctx, t.producers, t.consumers, t.per_producer);
         stop = true;
         switcher.join();
@@ -116,7 +125,7 @@ void run_brisk_api(Context& ctx) {
   const std::uint64_t reports = g_reports.load();
   std::fprintf(stderr, "brisk-stress: workload brisk: %llu debug-mode switches, %llu reports, %d damaged blocks\n",
                static_cast<unsigned long long>(switches), static_cast<unsigned long long>(reports), damaged);
-  if (switches == 0 || reports != 0 || damaged != 0) {
+  if (reports != 0 || damaged != 0) {
     std::fprintf(stderr, "brisk-stress: workload brisk FAILED\n");
     std::exit(1);
   }
@@ -134,7 +143,7 @@ void run_brisk_strategy(Context& ctx) {
   ctx.recorder.measure(
       kStrategyName, t.threads(),
       [&] {
-        std::atomic<bool> stop{false};
+        std::atomic<bool> stop{false}, switched{false};
         std::thread switcher([&] {
           while (!stop.load(std::memory_order_relaxed)) {
             if (set_strategy(static_cast<int>(switches % 3)) != 0) std::abort();
@@ -142,10 +151,12 @@ void run_brisk_strategy(Context& ctx) {
               trim();
               ++trims;
             }
+            switched.store(true, std::memory_order_release);
             std::this_thread::sleep_for(std::chrono::milliseconds(2));
           }
           set_strategy(1);
         });
+        wait_until(switched);
         std::uint64_t ops = prodcons_traffic(ctx, t.producers, t.consumers, t.per_producer);
         stop = true;
         switcher.join();
@@ -155,10 +166,6 @@ void run_brisk_strategy(Context& ctx) {
   ctx.progress.end();
   std::fprintf(stderr, "brisk-stress: workload strategy: %llu switches, %llu trims\n",
                static_cast<unsigned long long>(switches), static_cast<unsigned long long>(trims));
-  if (switches == 0) {
-    std::fprintf(stderr, "brisk-stress: workload strategy FAILED: no switch happened\n");
-    std::exit(1);
-  }
 }
 
 }  // namespace brisk::stress
