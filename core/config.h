@@ -32,6 +32,10 @@ constexpr std::uint64_t round_to_os_page(std::uint64_t n) { return (n + kOsPageS
 inline constexpr std::size_t kSmallMax = 64 * 1024;
 inline constexpr unsigned kMaxSmallSpanPages = 4;
 inline constexpr std::size_t kMediumMax = 2 * 1024 * 1024;
+// A block that realloc grows past this and must move becomes a large block even where a medium
+// one would do, and a large block realloc shrinks stays large only above it (override/entry.cc
+// has the measurements; debug/block.cc's realloc_in_place keeps the same bounds).
+inline constexpr std::size_t kGrowLargeMin = 256 * 1024;
 
 // User-space addresses on x86-64 and AArch64 (4-level tables) fit in 47 bits. One byte per
 // 4 MiB region of that space says whether brisk owns the region: 32 MiB of zero-filled address

@@ -411,6 +411,7 @@ void* allocate(std::size_t size, std::size_t alignment, Kind kind, bool zero, Gr
   const std::size_t copied = t_copied_prefix;
   t_copied_prefix = 0;
   std::uint32_t stack = capture(0, Site::kAllocate);
+  if (g_realloc_moves.load(std::memory_order_relaxed)) growth = Growth{};  // no block grows where it is
   void* user = with_debug_heap([=](DebugHeap* d) -> void* {
     // The debug heap is the calling thread's: its spans are used without a lock.
     // With room: the run takes pages for the room too (within kMediumMax), untouched until the
@@ -623,23 +624,32 @@ bool realloc_in_place(void* p, std::size_t size) {
   const std::size_t need = static_cast<std::size_t>(user_of(h) - u) + size + kGuardBytes;
   auto ua = reinterpret_cast<std::uintptr_t>(u);
   std::uint8_t kind = region_kind(ua);
+  // The bounds of the entry layer's realloc of release blocks (override/entry.cc), so that a
+  // block shrunk in debug mode keeps no more than it would in release mode: a small block stays
+  // while it fits and fills more than half of its class; a medium run grows into free pages
+  // after it (a claim any holder may make) or gives back the pages past its new end while it
+  // needs more than a small block; a large block stays above kGrowLargeMin.
   if (kind == kRegionChunk) {
-    // The underlying block is the program's through p: a small one has its class's size; a
-    // medium one's run grows into free pages after it (a claim any holder may make) or gives
-    // back the pages past its new end.
     Span* s = chunk_of(ua)->span_of(ua);
-    bool fits = s->kind == SpanKind::kSmall ? need <= s->block_size
-                                            : need <= kMediumMax && medium_resize_in_place(s, need);
+    bool fits = s->kind == SpanKind::kSmall ? need <= s->block_size && need > s->block_size / 2
+                                            : need > kSmallMax && need <= kMediumMax && medium_resize_in_place(s, need);
     if (!fits) return false;
   } else {
     LargeHeader* lh = large_header_of(u, kind);
-    if (lh == nullptr || !large_resize_in_place(u, lh, need)) return false;
+    if (need <= kGrowLargeMin || lh == nullptr || !large_resize_in_place(u, lh, need)) return false;
   }
   const std::size_t old_size = h->user_size;
   // Held by this thread and in no list (check_before_realloc): no other thread reads the
-  // header until realloc_done links it again and seals the new size.
+  // header until realloc_done links it again and seals it (a program that frees or reallocates
+  // the block on another thread meanwhile races with its own realloc; that free finds it freed).
+  // As for a block realloc moves: a malloc block now (a misused new block was reported at
+  // check_before_realloc), made at the realloc's stack on this thread (mark_freed recorded both
+  // as the free's).
   h->user_size = size;
-  h->edges_only = fill_edges_only(size);
+  h->edges_only = fill_edges_only(size);  // a block that grew past the fill limit, or shrank below
+  h->kind = Kind::kMalloc;
+  h->alloc_thread = h->free_thread;
+  h->alloc_stack = h->free_stack;
   if (size > old_size) fill_user(h, kAllocByte, old_size);  // over the old canary too
   std::memset(user_of(h) + size, kGuardByte, kGuardBytes);
   return true;

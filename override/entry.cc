@@ -58,7 +58,6 @@ std::size_t medium_max() {
 // blocks are not grown, level (0.978 [0.939, 1.083]). Blocks that malloc makes at those sizes
 // stay medium: the large path's one lock and its 4 MiB-aligned carving cost more for them
 // (prodcons took 1.08x the time with BRISK_MEDIUM_MAX=256k).
-constexpr std::size_t kGrowLargeMin = 256 * 1024;
 //
 // In debug mode the new block is a debug block placed the same way (debug::Growth), so that its
 // next steps too stay in place (debug::realloc_in_place) rather than copy, fill and check it.

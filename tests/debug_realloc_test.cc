@@ -20,6 +20,19 @@
 
 namespace {
 
+// A block of `from` bytes, filled with `byte`, then reallocated to `to`: the pointer before and
+// the one realloc returned (both null when the malloc failed).
+struct Resized {
+  unsigned char* before;
+  unsigned char* after;
+};
+Resized FillAndRealloc(size_t from, size_t to, unsigned char byte) {
+  auto* p = static_cast<unsigned char*>(brisk_malloc(from));
+  if (p == nullptr) return {nullptr, nullptr};
+  std::memset(p, byte, from);
+  return {p, static_cast<unsigned char*>(brisk_realloc(p, to))};
+}
+
 // realloc gives the new block the new pattern only past the bytes it copies (the copy would
 // overwrite the rest at once), or, resizing in place, past the old size: the result is the old
 // bytes, then the new pattern up to the new size (on a block above the fill limit, where its
@@ -37,10 +50,7 @@ TEST_F(DebugMode, AReallocatedBlockHoldsTheOldBytesThenTheNewPatternThenItsCanar
   for (bool always_move : {true, false}) {
     brisk::debug::set_realloc_moves(always_move);
     for (const auto& m : moves) {
-      auto* p = static_cast<unsigned char*>(brisk_malloc(m.from));
-      ASSERT_NE(p, nullptr);
-      std::memset(p, 0x11, m.from);
-      auto* q = static_cast<unsigned char*>(brisk_realloc(p, m.to));
+      auto [p, q] = FillAndRealloc(m.from, m.to, 0x11);
       ASSERT_NE(q, nullptr);
       if (always_move) {
         ASSERT_NE(q, p) << m.from << " -> " << m.to << ": BRISK_DEBUG_REALLOC_MOVES moves every block";
@@ -73,12 +83,15 @@ TEST_F(DebugMode, AReallocatedBlockHoldsTheOldBytesThenTheNewPatternThenItsCanar
 TEST_F(DebugMode, AReallocWithRoomResizesInPlaceAndMovesTheCanary) {
   const struct {
     size_t from, to;
-  } resizes[] = {{40, 48}, {48, 24}, {70000, 70100}, {70000, 20000}, {size_t{3} << 20, (size_t{3} << 20) + 100}};
+  } resizes[] = {{40, 48},
+                 {48, 24},
+                 {70000, 70100},
+                 {200000, 80000},
+                 {size_t{3} << 20, (size_t{3} << 20) + 100},
+                 {size_t{3} << 20, size_t{1} << 20}};  // the mapping shrinks
   for (const auto& r : resizes) {
-    auto* p = static_cast<unsigned char*>(brisk_malloc(r.from));
+    auto [p, q] = FillAndRealloc(r.from, r.to, 0x22);
     ASSERT_NE(p, nullptr);
-    std::memset(p, 0x22, r.from);
-    auto* q = static_cast<unsigned char*>(brisk_realloc(p, r.to));
     ASSERT_EQ(q, p) << r.from << " -> " << r.to << ": the block had room where it lies";
     EXPECT_EQ(brisk_usable_size(q), r.to);
     EXPECT_EQ(brisk_check_heap(), 0) << r.from << " -> " << r.to << Reports();
@@ -126,6 +139,94 @@ TEST_F(DebugMode, AGrowingBlockIsPlacedToGrowAgainInPlace) {
   EXPECT_EQ(brisk::debug::check_block(l), 0) << Reports();
   brisk_free(l);
   EXPECT_EQ(ReportCount(), 0) << Reports();
+}
+
+// A shrink keeps no more than release mode would: a block that falls to half its small class
+// or less, a medium block that would fit a small class, a large one at 256 KiB or less move.
+TEST_F(DebugMode, AShrinkThatReleaseModeWouldMoveMoves) {
+  const struct {
+    size_t from, to;
+  } shrinks[] = {{1000, 100}, {200000, 100}, {200000, 60000}, {size_t{3} << 20, 200000}};
+  for (const auto& r : shrinks) {
+    auto [p, q] = FillAndRealloc(r.from, r.to, 0x55);
+    ASSERT_NE(q, nullptr);
+    EXPECT_NE(q, p) << r.from << " -> " << r.to << ": the block kept memory release mode gives back";
+    EXPECT_EQ(q[r.to - 1], 0x55);
+    EXPECT_EQ(brisk::debug::check_block(q), 0) << Reports();
+    brisk_free(q);
+  }
+  EXPECT_EQ(ReportCount(), 0) << Reports();
+}
+
+// The entry layer places a debug block that realloc must move to grow as it places a release
+// block (grow_elsewhere): past 256 KiB a large block, and by less than half again a medium run
+// with room for half again (a small block cannot grow into the medium sizes where it lies, so
+// both moves are certain).
+TEST_F(DebugMode, ReallocPlacesAMovedGrowingBlockToGrowAgain) {
+  using brisk::debug::Header;
+  auto underlying_of = [](void* p) {
+    return reinterpret_cast<std::uintptr_t>(reinterpret_cast<Header*>(static_cast<char*>(p) - sizeof(Header))->underlying);
+  };
+  void* p = brisk_malloc(62000);
+  ASSERT_EQ(brisk::region_kind(underlying_of(p)), brisk::kRegionChunk);
+  void* q = brisk_realloc(p, 92000);
+  ASSERT_NE(q, nullptr);
+  std::uintptr_t u = underlying_of(q);
+  ASSERT_EQ(brisk::region_kind(u), brisk::kRegionChunk);
+  // 92,000 bytes and the header would take two 64 KiB pages; the room for 138,000 takes three.
+  EXPECT_GE(brisk::chunk_of(u)->span_of(u)->page_count, 3) << "the moved block got no room to grow";
+  brisk_free(q);
+  p = brisk_malloc(60000);
+  q = brisk_realloc(p, 300000);
+  ASSERT_NE(q, nullptr);
+  EXPECT_NE(brisk::region_kind(underlying_of(q)), brisk::kRegionChunk) << "a block grown past 256 KiB is not large";
+  EXPECT_EQ(brisk::debug::check_block(q), 0) << Reports();
+  brisk_free(q);
+  EXPECT_EQ(ReportCount(), 0) << Reports();
+}
+
+// A block resized in place past the fill limit carries its freed pattern on its edges only, and
+// one shrunk below it on every byte again: the header's flag follows the size (an edges-only
+// flag left on a block shrunk below two edges would make the fills run past its start).
+TEST_F(DebugMode, AResizeInPlaceAcrossTheFillLimitMovesTheFilledParts) {
+  brisk::debug::set_fill_limit(100000);
+  auto* p = static_cast<unsigned char*>(brisk::debug::allocate(70000, 16, brisk::debug::Kind::kMalloc, false, {200000, false}));
+  ASSERT_NE(p, nullptr);
+  auto* q = static_cast<unsigned char*>(brisk_realloc(p, 150000));
+  ASSERT_EQ(q, p) << "the room did not take the growth";
+  brisk_free(q);
+  q[75000] = 0x12;  // after the free, in the middle: unseen above the limit
+  EXPECT_EQ(brisk::debug::check_block(q), 0) << "a block grown past the fill limit was checked whole" << Reports();
+  q[75000] = brisk::debug::kFreedByte;
+
+  p = static_cast<unsigned char*>(brisk::debug::allocate(150000, 16, brisk::debug::Kind::kMalloc, false));
+  ASSERT_NE(p, nullptr);
+  q = static_cast<unsigned char*>(brisk_realloc(p, 80000));
+  ASSERT_EQ(q, p) << "a medium shrink moved";
+  brisk_free(q);
+  q[40000] = 0x12;
+  EXPECT_EQ(brisk::debug::check_block(q), 1) << "a block shrunk below the fill limit was checked on its edges only";
+  q[40000] = brisk::debug::kFreedByte;
+  brisk::debug::set_fill_limit(DefaultFillLimit());
+  EXPECT_EQ(ReportCount(), 1) << Reports();
+  std::lock_guard<std::mutex> g(g_reports_mutex);
+  g_reports.clear();
+  g_report_count = 0;
+}
+
+// A new[] block reallocated (a misuse, reported) is a malloc block afterwards, as a moved one
+// would be: freeing it with free is no second misuse.
+TEST_F(DebugMode, ABlockReallocatedInPlaceIsAMallocBlock) {
+  void* p = brisk::debug::allocate(40, 16, brisk::debug::Kind::kNewArray, false);
+  ASSERT_NE(p, nullptr);
+  void* q = brisk_realloc(p, 44);
+  ASSERT_EQ(q, p) << "40 -> 44 moved";
+  EXPECT_EQ(ReportCount(), 1) << Reports();
+  brisk_free(q);
+  EXPECT_EQ(ReportCount(), 1) << "the free of the reallocated block was reported as well:\n" << Reports();
+  std::lock_guard<std::mutex> g(g_reports_mutex);
+  g_reports.clear();
+  g_report_count = 0;
 }
 
 TEST_F(DebugMode, AFailedReallocLeavesTheBlockLiveAndIntact) {
