@@ -418,7 +418,7 @@ void* allocate(std::size_t size, std::size_t alignment, Kind kind, bool zero, Gr
     // block grows into them.
     const std::size_t room = growth.room > size ? total + (growth.room - size) : 0;
     void* u = growth.large || total > kMediumMax
-                  ? large_alloc(total, kMinAlign, zero)  // total has the slack
+                  ? large_alloc(total, kMinAlign, zero, nullptr, growth.large)  // total has the slack
               : total <= kSmallMax ? alloc_small(d, size_to_class(total), total)
                                    : alloc_medium(d, total, false, room < kMediumMax ? room : kMediumMax);
     if (u == nullptr) return nullptr;

@@ -66,7 +66,7 @@ void* grow_elsewhere(std::size_t old_usable, std::size_t size) {
   const bool debug = BRISK_UNLIKELY(debug_mode_on());
   if (size > kGrowLargeMin && size <= max) {
     if (debug) return debug::allocate(size, kMinAlign, debug::Kind::kMalloc, false, {0, true});
-    void* q = large_alloc_here(size, kMinAlign, false);
+    void* q = large_alloc_here(size, kMinAlign, false, true);
     if (q == nullptr) errno = ENOMEM;
     return q;
   }

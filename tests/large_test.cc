@@ -251,6 +251,31 @@ TEST_F(LargeCacheDecay, ARequestTakesAResidentCachedMappingOverASmallerCleanOne)
   brisk_free(separator);
 }
 
+// A block carved from a resident cached mapping leaves the rest of its 4 MiB region cached, where
+// no other block can start: those pages go back at once, but for a block realloc moves to grow,
+// which grows into them. The block's own pages stay as they were.
+TEST_F(LargeCacheDecay, ABlockFromAResidentMappingGivesBackTheRestOfItsRegion) {
+  constexpr std::size_t kDirty = 16 << 20, kRequest = 1536 << 10;  // above every mode's medium max
+  for (bool grows : {false, true}) {
+    char* dirty = FreeATouchedBlock(kDirty);
+    ASSERT_NE(dirty, nullptr);
+    auto* p = static_cast<char*>(large_alloc(kRequest, kMinAlign, false, nullptr, grows));
+    ASSERT_NE(p, nullptr);
+    ASSERT_TRUE(p >= dirty - kOsPageSize && p + kRequest <= dirty + kDirty) << "carved from the resident mapping";
+    char* region = p - kOsPageSize;  // a default-aligned block starts a page into its region
+    ASSERT_EQ(reinterpret_cast<std::uintptr_t>(region) % kChunkSize, 0u);
+    char* rest = region + ((kOsPageSize + kRequest + kOsPageSize - 1) & ~(kOsPageSize - 1)) + kOsPageSize;
+    const std::size_t rest_bytes = static_cast<std::size_t>(region + kChunkSize - rest);
+    EXPECT_EQ(ResidentOf(p, kRequest), kRequest) << "the block's pages are there without a fault";
+    if (grows) {
+      EXPECT_EQ(ResidentOf(rest, rest_bytes), rest_bytes) << "a block realloc moved to grow kept the rest";
+    } else {
+      EXPECT_EQ(ResidentOf(rest, rest_bytes), 0u) << "the rest of the region stayed resident";
+    }
+    large_free(p, large_header_of(p, region_kind(reinterpret_cast<std::uintptr_t>(p))));
+  }
+}
+
 // Run with small budgets (tests/components.cmake: large_budget_test): freed blocks beyond them
 // evict the oldest, so the cache never holds more than its budgets and keeps the newest.
 TEST(LargeCacheBudget, TheBudgetsHoldAndTheOldestGoFirst) {

@@ -324,7 +324,7 @@ inline void heap_refresh_levers(Heap* h) {
 // or exited); nullptr when out of memory.
 void* alloc_medium_here(std::size_t size, bool zero, std::size_t room = 0);  // room: alloc_medium's
 // Large blocks of the calling thread, through its large stash (medium.cc) when it has a heap.
-void* large_alloc_here(std::size_t size, std::size_t alignment, bool zero);
+void* large_alloc_here(std::size_t size, std::size_t alignment, bool zero, bool grows = false);
 void large_free_here(void* p, LargeHeader* lh);
 std::size_t thread_collect();  // brisk_thread_collect; returns bytes given back to the OS
 std::size_t process_trim();    // brisk_trim

@@ -218,12 +218,12 @@ LargeMapping stash_take(Heap* h) {
 
 }  // namespace
 
-void* large_alloc_here(std::size_t size, std::size_t alignment, bool zero) {
+void* large_alloc_here(std::size_t size, std::size_t alignment, bool zero, bool grows) {
   Heap* h = t_heap;
   // A thread's first block may be a large one that its stash could hold: it gets its heap here,
   // as its first medium block would, so that the block can come back to the stash.
   if (h == &g_sentinel_heap && size <= kMediumMax) h = heap_for_this_thread();
-  if (h == nullptr || !heap_is_attached(h)) return large_alloc(size, alignment, zero);
+  if (h == nullptr || !heap_is_attached(h)) return large_alloc(size, alignment, zero, nullptr, grows);
   if (alignment <= kMinAlign && load_shared(h->large_stash.base) != nullptr) {
     HeapSlowLock lock(h);
     if (h->large_stash.base != nullptr) {
@@ -233,7 +233,7 @@ void* large_alloc_here(std::size_t size, std::size_t alignment, bool zero) {
       }
     }
   }
-  return large_alloc(size, alignment, zero, h);
+  return large_alloc(size, alignment, zero, h, grows);
 }
 
 // Only a mapping this thread's heap allocated is stashed: a thread that frees the large blocks
