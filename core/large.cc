@@ -231,7 +231,11 @@ CacheEntry piece_of(const CacheEntry& e, char* from, std::size_t size) {
 // address space is rounded away (both pieces merge back when the block is freed). *size: the
 // bytes handed out (more than need only when the cache has no slot left for the piece after);
 // *clean: they read as zeros but for their first page.
-char* cache_take(std::size_t need, bool zero, std::size_t* size, bool* clean) {
+// tail, when given and the entry is dirty: a block smaller than a region leaves out of the
+// cache the rest of its region after it, in *tail (size 0 if none), for the caller to give back
+// (see large_alloc); it stays out of the cache until then, so that no other thread can take or
+// unmap it, nor the kernel map something else there, before the decommit.
+char* cache_take(std::size_t need, bool zero, std::size_t* size, bool* clean, CacheEntry* tail = nullptr) {
   if (g_cache_entries.load(std::memory_order_relaxed) == 0) return nullptr;
   LockGuard g(g_lock);
   // The smallest fit of the wanted kind, else the smallest fit: as keys, the fit with the top
@@ -260,10 +264,21 @@ char* cache_take(std::size_t need, bool zero, std::size_t* size, bool* clean) {
   CacheEntry pieces[2];
   unsigned count = 0;
   if (start > e.base) pieces[count++] = piece_of(e, e.base, static_cast<std::size_t>(start - e.base));
-  if (start + need < end) {
-    // Removing e freed one slot; without a second one the block takes the piece after it.
-    if (count == 0 || g_cache_used + 1 < kCacheEntries) {
-      pieces[count++] = piece_of(e, start + need, static_cast<std::size_t>(end - start - need));
+  // Removing e freed one slot; without a second one the block takes the piece after it.
+  const bool slot_after = count == 0 || g_cache_used + 1 < kCacheEntries;
+  char* after = start + need;  // where the cached piece after the block starts
+  if (tail != nullptr) {
+    tail->size = 0;
+    char* region_end = static_cast<std::size_t>(end - start) > kChunkSize ? start + kChunkSize : end;
+    if (!*clean && need < kChunkSize && region_end - after > static_cast<std::ptrdiff_t>(kOsPageSize) &&
+        (region_end == end || slot_after)) {
+      *tail = piece_of(e, after, static_cast<std::size_t>(region_end - after));
+      after = region_end;
+    }
+  }
+  if (after < end) {
+    if (slot_after) {
+      pieces[count++] = piece_of(e, after, static_cast<std::size_t>(end - after));
     } else {
       taken = static_cast<std::size_t>(end - start);
     }
@@ -397,22 +412,6 @@ void* finish(char* base, std::size_t map_size, std::size_t offset, std::size_t m
   return p;
 }
 
-// A block carved from a dirty cached entry leaves the rest of its last 4 MiB region cached after
-// it, with whatever pages the entry had resident there. No other large block and no chunk can
-// start inside a region, so until this block grows into that rest or is freed, those pages
-// would be of use to no one: they are given back now (brisk-stress alloc-test, whose first row
-// frees a 12 MiB array that the second row's ten 1.2 MiB arrays are carved from, one per region:
-// peak RSS 36.2 -> 27.7 MiB, time level). Not for a block realloc moves to grow (it grows into
-// that rest: the realloc row took 1.12x the time), nor for blocks of a region or more, whose
-// rest is a small part of them and which MMtest's large tests replace by the thousand (a madvise
-// each made them 1.9x and 2.6x slower). The rest's first page stays, as every entry's does.
-void release_region_tail(char* base, std::size_t map_size) {
-  if (map_size >= kChunkSize) return;
-  char* tail = base + map_size + kOsPageSize;
-  char* boundary = reinterpret_cast<char*>(round_up(reinterpret_cast<std::uintptr_t>(base + map_size), kChunkSize));
-  if (tail < boundary) platform::decommit(tail, static_cast<std::size_t>(boundary - tail));
-}
-
 }  // namespace
 
 void* large_alloc(std::size_t size, std::size_t alignment, bool zero, const void* owner, bool grows) {
@@ -424,9 +423,19 @@ void* large_alloc(std::size_t size, std::size_t alignment, bool zero, const void
   std::size_t need = round_up(offset + size, kOsPageSize);
   bool clean = false;
   std::size_t map_size = need;
-  char* base = map_align == kChunkSize ? cache_take(need, zero, &map_size, &clean) : nullptr;
+  // A block carved from a dirty cached entry would leave the rest of its last 4 MiB region
+  // cached after it, with whatever pages the entry had resident there. No other large block and
+  // no chunk can start inside a region, so until this block grows into that rest or is freed,
+  // those pages would be of use to no one: they are given back now, and the rest cached clean
+  // (brisk-stress alloc-test, whose first row frees a 12 MiB array that the second row's ten
+  // 1.2 MiB arrays are carved from, one per region: peak RSS 35.4 -> 27.0 MiB, time level). Not
+  // for a block realloc moves to grow (it grows into that rest: the realloc row took 1.12x the
+  // time), nor for blocks of a region or more, whose rest is a small part of them and which
+  // MMtest's large tests replace by the thousand (a madvise each made them 1.9x and 2.6x slower).
+  CacheEntry tail{};
+  char* base = map_align == kChunkSize ? cache_take(need, zero, &map_size, &clean, grows ? nullptr : &tail) : nullptr;
   if (base != nullptr) {
-    if (!clean && !grows) release_region_tail(base, map_size);
+    if (tail.size != 0) decommit_and_return(tail);
     // A reused dirty mapping holds old contents. For calloc: its present pages are written
     // with zeros, swapped-out ones decommitted and untouched ones left alone, page run by page
     // run (platform::zero_pages).

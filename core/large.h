@@ -26,7 +26,7 @@ struct LargeHeader {
 
 // nullptr (and no errno change) on failure; the caller sets errno. zero: contents must read 0.
 // owner: kept in the header for large_free_to. grows: a block realloc is moving to grow, which
-// keeps the cached space after it resident to grow into (see large.cc's release_region_tail).
+// keeps the cached space after it resident to grow into (see large_alloc in large.cc).
 void* large_alloc(std::size_t size, std::size_t alignment, bool zero, const void* owner = nullptr, bool grows = false);
 // The header of p, or nullptr if p is not the start of a live large block. kind is
 // region_kind(p), already known to be a large block's (region_is_large). Reads no memory but
