@@ -267,6 +267,11 @@ TEST_F(LargeCacheDecay, ABlockFromAResidentMappingGivesBackTheRestOfItsRegion) {
     char* rest = region + ((kOsPageSize + kRequest + kOsPageSize - 1) & ~(kOsPageSize - 1)) + kOsPageSize;
     const std::size_t rest_bytes = static_cast<std::size_t>(region + kChunkSize - rest);
     EXPECT_EQ(ResidentOf(p, kRequest), kRequest) << "the block's pages are there without a fault";
+    // ResidentOf reads 0 where nothing is mapped: the rest must be mapped still (cached, clean).
+    std::vector<unsigned char> vec(rest_bytes / kOsPageSize);
+    EXPECT_EQ(mincore(rest, rest_bytes, vec.data()), 0) << "the rest of the region was unmapped";
+    EXPECT_EQ(ResidentOf(rest - kOsPageSize, kOsPageSize), kOsPageSize) << "the rest's first page is kept";
+    EXPECT_EQ(ResidentOf(region + kChunkSize, kChunkSize), kChunkSize) << "the next region's pages went too";
     if (grows) {
       EXPECT_EQ(ResidentOf(rest, rest_bytes), rest_bytes) << "a block realloc moved to grow kept the rest";
     } else {
