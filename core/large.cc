@@ -272,9 +272,9 @@ char* cache_take(std::size_t need, bool zero, std::size_t* size, bool* clean, Ca
     char* region_end = static_cast<std::size_t>(end - start) > kChunkSize ? start + kChunkSize : end;
     // A slot for each piece, the tail's included: without one for it, it would be unmapped
     // when it goes back, and the block could no longer grow into it nor merge with it.
-    const unsigned pieces = count + (region_end < end ? 1u : 0u) + 1u;
+    const unsigned slots_needed = count + (region_end < end ? 1u : 0u) + 1u;
     if (!*clean && need < kChunkSize && region_end - after > static_cast<std::ptrdiff_t>(kOsPageSize) &&
-        g_cache_used + pieces <= kCacheEntries) {
+        g_cache_used + slots_needed <= kCacheEntries) {
       *tail = piece_of(e, after, static_cast<std::size_t>(region_end - after));
       after = region_end;
     }

@@ -81,6 +81,13 @@ BRISK_ALWAYS_INLINE unsigned size_to_class(std::size_t size) {
   return size_to_class_compute(size);
 }
 
+// Whether a block of `size` bytes stays in a small block of `usable` bytes when realloc resizes
+// it: it fits and uses more than half of it (a shrink past half moves to a smaller class). The
+// entry layer's realloc and debug mode's (debug/block.cc, realloc_in_place) keep to it.
+BRISK_ALWAYS_INLINE bool stays_in_small_block(std::size_t size, std::size_t usable) {
+  return size <= usable && size > usable / 2;
+}
+
 static_assert(class_size_of(kNumClasses - 1) == kSmallMax);
 static_assert(size_to_class_compute(kSmallMax) == kNumClasses - 1);
 static_assert(size_to_class_compute(129) == 8 && class_size_of(8) == 144);

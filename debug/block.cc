@@ -631,7 +631,7 @@ bool realloc_in_place(void* p, std::size_t size) {
   // needs more than a small block; a large block stays above kGrowLargeMin.
   if (kind == kRegionChunk) {
     Span* s = chunk_of(ua)->span_of(ua);
-    bool fits = s->kind == SpanKind::kSmall ? need <= s->block_size && need > s->block_size / 2
+    bool fits = s->kind == SpanKind::kSmall ? stays_in_small_block(need, s->block_size)
                                             : need > kSmallMax && need <= kMediumMax && medium_resize_in_place(s, need);
     if (!fits) return false;
   } else {

@@ -119,7 +119,7 @@ void* realloc_impl(void* p, std::size_t size) {
     FreeCode code = free_code(a);
     if (static_cast<Block*>(p)->key != code.key) {  // a freed block goes on to be reported below
       std::size_t usable = own->block_size;
-      if (size <= usable && size > usable / 2) return p;
+      if (stays_in_small_block(size, usable)) return p;
       void* q = alloc_small(h, size_to_class(size), size);
       if (q == nullptr) return nullptr;  // errno is set; p is intact
       std::memcpy(q, p, usable < size ? usable : size);
@@ -172,7 +172,7 @@ void* realloc_impl(void* p, std::size_t size) {
   }
   if (s != nullptr && s->kind == SpanKind::kSmall) {
     // Stay in place when the block fits and would not waste more than half of it.
-    if (size <= usable && size > usable / 2) return p;
+    if (stays_in_small_block(size, usable)) return p;
     return move_block(p, usable, size);
   }
   if (s != nullptr) {  // medium: grow into or shrink from the neighbouring pages
