@@ -33,6 +33,12 @@ Resized FillAndRealloc(size_t from, size_t to, unsigned char byte) {
   return {p, static_cast<unsigned char*>(brisk_realloc(p, to))};
 }
 
+// The address of the block that debug block p is carved from.
+std::uintptr_t underlying_of(void* p) {
+  using brisk::debug::Header;
+  return reinterpret_cast<std::uintptr_t>(reinterpret_cast<Header*>(static_cast<char*>(p) - sizeof(Header))->underlying);
+}
+
 // realloc gives the new block the new pattern only past the bytes it copies (the copy would
 // overwrite the rest at once), or, resizing in place, past the old size: the result is the old
 // bytes, then the new pattern up to the new size (on a block above the fill limit, where its
@@ -114,15 +120,11 @@ TEST_F(DebugMode, AReallocWithRoomResizesInPlaceAndMovesTheCanary) {
 // so growing into them stays in place whatever lies after the run; large, it is carved from a
 // large block even below the medium sizes' bound.
 TEST_F(DebugMode, AGrowingBlockIsPlacedToGrowAgainInPlace) {
-  using brisk::debug::Header;
-  auto underlying_of = [](void* p) {
-    return reinterpret_cast<std::uintptr_t>(reinterpret_cast<Header*>(static_cast<char*>(p) - sizeof(Header))->underlying);
-  };
   auto* p = static_cast<unsigned char*>(brisk::debug::allocate(250000, 16, brisk::debug::Kind::kMalloc, false, {375000, false}));
   ASSERT_NE(p, nullptr);
   std::uintptr_t u = underlying_of(p);
   ASSERT_EQ(brisk::region_kind(u), brisk::kRegionChunk);
-  EXPECT_GE(brisk::chunk_of(u)->span_of(u)->page_count * brisk::kPageSize, 375000 + sizeof(Header) + brisk::debug::kGuardBytes)
+  EXPECT_GE(brisk::chunk_of(u)->span_of(u)->page_count * brisk::kPageSize, 375000 + sizeof(brisk::debug::Header) + brisk::debug::kGuardBytes)
       << "the run took no pages for the room";
   std::memset(p, 0x44, 250000);
   auto* q = static_cast<unsigned char*>(brisk_realloc(p, 370000));
@@ -163,10 +165,6 @@ TEST_F(DebugMode, AShrinkThatReleaseModeWouldMoveMoves) {
 // with room for half again (a small block cannot grow into the medium sizes where it lies, so
 // both moves are certain).
 TEST_F(DebugMode, ReallocPlacesAMovedGrowingBlockToGrowAgain) {
-  using brisk::debug::Header;
-  auto underlying_of = [](void* p) {
-    return reinterpret_cast<std::uintptr_t>(reinterpret_cast<Header*>(static_cast<char*>(p) - sizeof(Header))->underlying);
-  };
   void* p = brisk_malloc(62000);
   ASSERT_EQ(brisk::region_kind(underlying_of(p)), brisk::kRegionChunk);
   void* q = brisk_realloc(p, 92000);
