@@ -120,8 +120,9 @@ constexpr std::size_t kReusedSize = 256 * 1024;  // a medium block in every mode
 std::size_t PurgedAfterReuseBetweenChecks() {
   constexpr std::size_t kSize = kReusedSize;
   brisk_free(brisk_malloc(16));  // this thread has a heap
-  OwnPurge();
-  OwnPurge();  // whatever earlier tests left free is purged now: nothing is aged
+  // Whatever earlier tests left free is purged now and nothing is aged: a span kept empty for
+  // its class goes back at the second check after it emptied, and its pages at the third.
+  for (int i = 0; i < 3; ++i) OwnPurge();
   void* p = brisk_malloc(kSize);
   std::memset(p, 1, kSize);
   brisk_free(p);
@@ -145,6 +146,61 @@ TEST_F(Background, LowMemoryPurgesPagesFreeAtTwoChecksEvenIfUsedInBetween) {
   brisk_set_strategy(BRISK_STRATEGY_LOW_MEMORY);
   EXPECT_GE(PurgedAfterReuseBetweenChecks(), kReusedSize) << "pages reused in between were spared";
   brisk_set_strategy(before);
+}
+
+// A span kept empty for its class, as a one-page class's current span or a retained class's,
+// goes back at the second purge check after it emptied (its pages at the third): a thread that
+// moved on from a class does not keep that class's pages for ever. One emptied again between
+// checks (alloc/free ping-pong) stays.
+brisk::Span* InstalledSpanOf(std::size_t size) {
+  return brisk::t_heap->installed[brisk::size_to_class_compute(size)];
+}
+
+TEST_F(Background, ASpanKeptEmptyForItsClassGoesBackAfterTwoChecks) {
+  for (std::size_t size : {std::size_t{3000}, std::size_t{40000}}) {  // one page; retained, 4 pages
+    SCOPED_TRACE(size);
+    brisk_free(brisk_malloc(size));
+    brisk::Span* s = InstalledSpanOf(size);
+    ASSERT_NE(s, &brisk::g_empty_span);
+    ASSERT_EQ(s->used, 0u);
+    OwnPurge();  // emptied since the check before: kept
+    EXPECT_EQ(InstalledSpanOf(size), s);
+    OwnPurge();  // empty since before the previous check: given back
+    EXPECT_EQ(InstalledSpanOf(size), &brisk::g_empty_span) << "an idle empty span was kept";
+    EXPECT_FALSE(brisk::t_heap->retained[brisk::size_to_class_compute(size)]);
+  }
+}
+
+TEST_F(Background, ARetainedClasssSpareGoesBackAfterTwoChecks) {
+  constexpr std::size_t kSize = 40000;  // 4 blocks a span
+  const unsigned c = brisk::size_to_class_compute(kSize);
+  brisk_free(brisk_malloc(kSize));  // the class is retained
+  ASSERT_TRUE(brisk::t_heap->retained[c]);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 8; ++i) blocks.push_back(brisk_malloc(kSize));  // two spans at least
+  for (void* p : blocks) brisk_free(p);
+  brisk::Span* spare = brisk::t_heap->spare[c];
+  ASSERT_NE(spare, nullptr) << "a span of the class that emptied behind the current one is its spare";
+  OwnPurge();
+  EXPECT_EQ(brisk::t_heap->spare[c], spare);
+  OwnPurge();
+  EXPECT_EQ(brisk::t_heap->spare[c], nullptr) << "an idle spare was kept";
+  EXPECT_EQ(InstalledSpanOf(kSize), &brisk::g_empty_span);
+}
+
+TEST_F(Background, ASpanEmptiedAgainBetweenChecksStays) {
+  for (std::size_t size : {std::size_t{3000}, std::size_t{40000}}) {
+    SCOPED_TRACE(size);
+    brisk_free(brisk_malloc(size));
+    brisk::Span* s = InstalledSpanOf(size);
+    for (int i = 0; i < 5; ++i) {
+      OwnPurge();
+      void* p = brisk_malloc(size);  // the class is in use between checks
+      std::memset(p, 3, size);
+      brisk_free(p);
+      EXPECT_EQ(InstalledSpanOf(size), s) << "check " << i;
+    }
+  }
 }
 
 TEST_F(Background, FreePagesOfExitedThreadsChunksAreReturned) {

@@ -4,6 +4,7 @@
 #include "core/chunk.h"
 #include "core/options.h"
 #include "core/platform.h"
+#include "threadcache/span_pages.h"
 
 namespace brisk {
 
@@ -24,6 +25,14 @@ std::size_t heap_purge(Heap* h, std::size_t keep) {
   bool age = keep == 0 || now - h->aged_at_ms >= delay;
   if (!age) return 0;
   h->aged_at_ms = now;
+  // Only the owner may take a current span away: heap_purge also runs in a remote freer's or
+  // the background thread's heap_release_span, under the lock but beside the owner's fast paths.
+  if (keep != 0 && t_heap == h) {
+    h->purging = true;
+    heap_release_stale_kept_spans(h);
+    h->purging = false;
+  }
+  ++h->purge_checks;
   bool lazy = options::get(options::Id::kPurgeAdvice) == 1 && keep != 0;  // collect is eager
   bool kept_spare = false;
   std::size_t bytes = 0;

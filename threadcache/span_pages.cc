@@ -276,7 +276,7 @@ void heap_release_span(Heap* h, Span* s) {
   release_span_pages(s);
   h->released_since_purge += bytes;
   std::size_t keep = static_cast<std::size_t>(options::get(options::Id::kPurgeBytes));
-  if (h->released_since_purge >= keep) heap_purge(h, keep);
+  if (h->released_since_purge >= keep && !h->purging) heap_purge(h, keep);
 }
 
 namespace {
@@ -372,6 +372,35 @@ bool release_oldest_retained(Heap* h) {
 
 }  // namespace
 
+void heap_release_stale_kept_spans(Heap* h) {
+  BRISK_ASSERT(h->purging && t_heap == h);
+  // A current span kept empty is taken away from the fast path at one check (current[c] at
+  // g_empty_span, installed[c] still s, as the idle purge and a debug switch leave it): the next
+  // allocation of the class puts it back (alloc_refill), one slow path a check. Still away and
+  // empty at the next check, nothing allocated from it for a whole delay: it goes back.
+  auto idle = [h](unsigned c) {
+    Span* s = h->installed[c];
+    if (s == &g_empty_span || s->used != 0) return false;
+    if (current_span(h, c) == &g_empty_span) return true;
+    std::atomic_ref<Span*>(h->current[c]).store(&g_empty_span, std::memory_order_relaxed);
+    return false;
+  };
+  // A spare is touched only here and under the lock: its stamp says when it became the spare
+  // (keep_spare), and popping it clears spare[c]. Stamps are never ahead of the count, so "not
+  // this check's" is "before it" (one made exactly 65,536 checks ago stays a check more).
+  const auto now = static_cast<std::uint16_t>(h->purge_checks);
+  // The retained classes, oldest first: taking the k-th out leaves the newer ones where they are.
+  for (unsigned k = h->retained_count; k > 0; --k) {
+    unsigned c = h->retained_classes[(h->retained_next + kRetainedLargeSpans - k) % kRetainedLargeSpans];
+    Span* spare = h->spare[c];
+    if (spare != nullptr && spare->used == 0 && spare->emptied_at_check != now)
+      heap_release_span(h, spare);  // clears spare[c]
+    if (idle(c)) release_retained(h, k);
+  }
+  for (unsigned c = 0; c < kNumClasses; ++c)
+    if (!h->retained[c] && idle(c)) release_if_empty(h, c);
+}
+
 namespace {
 
 // A retained class's span that empties while another is its current span stays, listed, as
@@ -386,6 +415,7 @@ bool keep_spare(Heap* h, Span* s) {
   auto budget = static_cast<std::size_t>(options::get(options::Id::kRetainedBytes));
   if (retained_carved_bytes(h) + s->carved_bytes() > budget) return false;
   h->spare[c] = s;
+  s->emptied_at_check = static_cast<std::uint16_t>(h->purge_checks);
   return true;
 }
 
@@ -410,6 +440,7 @@ void free_local_adjust(Span* s, Heap* h) {
   // the lock. (Reading used here instead would not do: a reclaim that released s sets it to 0.)
   // Keep the class's current span even when empty: alloc/free ping-pong stays on the fast path.
   // A one-page span stays without more ado; a bigger one once its class is among the retained.
+  // Either goes back if no allocation takes it for a purge delay (heap_release_stale_kept_spans).
   if (s->kind == SpanKind::kSmall && h->installed[s->size_class] == s &&
       (s->page_count == 1 || h->retained[s->size_class]))
     return;
