@@ -71,7 +71,7 @@ struct alignas(BRISK_CACHELINE) Span {
   alignas(BRISK_CACHELINE) Block* free = nullptr;  // owner's free list
   std::uint32_t used = 0;           // blocks handed out and not yet returned to this span
   bool listed = false;                  // on an owner's (or central) available list
-  // The owner's purge checks (Heap::purge_checks, its low 16 bits) done when the span last
+  // The owner's own purge checks (Heap::purge_checks, its low 16 bits) done when the span last
   // became its class's spare (keep_spare): a spare still there and empty at the check after
   // the next goes back (heap_release_stale_kept_spans). In the padding after `listed`: this
   // line is full.

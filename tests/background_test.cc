@@ -203,6 +203,51 @@ TEST_F(Background, ASpanEmptiedAgainBetweenChecksStays) {
   }
 }
 
+// The owner also takes its own slow lock with a bare try_lock, without HeapSlowLock's rebuild of
+// the spans the idle purge gave back in place: reclaim_other_queues does, for the thread's debug
+// heap. A purge check there must leave such a span alone (before, it released it still marked
+// idle_purged; the descriptor's stale idle state later put a live block back on a free list).
+TEST_F(Background, APurgeCheckUnderABareLockLeavesASpanPurgedInPlace) {
+  using namespace brisk;
+  constexpr std::size_t kSize = 3000;
+  const unsigned c = size_to_class_compute(kSize);
+  std::mutex m;
+  std::condition_variable cv;
+  int stage = 0;
+  auto wait_for = [&](int want) {
+    std::unique_lock<std::mutex> lock(m);
+    cv.wait(lock, [&] { return stage == want; });
+  };
+  auto go = [&](int next) {
+    std::lock_guard<std::mutex> lock(m);
+    stage = next;
+    cv.notify_all();
+  };
+  Span* s = nullptr;
+  std::thread worker([&] {
+    brisk_free(brisk_malloc(kSize));  // the class's span, kept empty as its current span
+    s = t_heap->installed[c];
+    go(1);
+    wait_for(2);  // idle meanwhile: the passes purge s in place
+    Heap* h = t_heap;
+    EXPECT_TRUE(s->idle_purged);
+    g_fake_now += 1000;
+    h->slow_lock.lock();  // as reclaim_locked's try_lock on the owner's own heap
+    heap_purge(h, 1);
+    h->slow_lock.unlock();
+    EXPECT_EQ(h->installed[c], s) << "a span purged in place was released before its rebuild";
+    EXPECT_TRUE(s->idle_purged);
+    void* p = brisk_malloc(kSize);  // HeapSlowLock rebuilds it; the block is sound
+    std::memset(p, 5, kSize);
+    EXPECT_EQ(t_heap->installed[c], s);
+    brisk_free(p);
+  });
+  wait_for(1);
+  Passes(3, 1000);
+  go(2);
+  worker.join();
+}
+
 TEST_F(Background, FreePagesOfExitedThreadsChunksAreReturned) {
   Passes(3, 1000);
   constexpr int kThreads = 8;

@@ -73,7 +73,8 @@ BRISK_NOINLINE void* alloc_refill(Heap* h, unsigned c, std::size_t size) {
       if (s->free == nullptr) carve(s);  // set_current below installs it
     }
   }
-  if (current_span(h, c) != s) {  // a new span, or the one a debug switch took away
+  // A new span, or the one a debug switch, the idle purge or a purge check took off the fast path.
+  if (current_span(h, c) != s) {
     set_current(h, c, s);
     // Pairs with the fence after a switch turned the mode on (debug_switch.h): either the mode
     // reads on here, or the switch's store of g_empty_span lands after this install.

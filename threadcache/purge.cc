@@ -27,12 +27,16 @@ std::size_t heap_purge(Heap* h, std::size_t keep) {
   h->aged_at_ms = now;
   // Only the owner may take a current span away: heap_purge also runs in a remote freer's or
   // the background thread's heap_release_span, under the lock but beside the owner's fast paths.
-  if (keep != 0 && t_heap == h) {
+  // And only under HeapSlowLock (slow_depth counts it), which first rebuilds the spans the idle
+  // purge gave back in place: the owner also takes its own lock with a bare try_lock, to reclaim
+  // its queue for another of its heaps (reclaim_other_queues from its debug heap's span_create),
+  // and a span still marked idle_purged must not be released.
+  if (keep != 0 && t_heap == h && h->slow_depth != 0) {
     h->purging = true;
     heap_release_stale_kept_spans(h);
     h->purging = false;
+    ++h->purge_checks;
   }
-  ++h->purge_checks;
   bool lazy = options::get(options::Id::kPurgeAdvice) == 1 && keep != 0;  // collect is eager
   bool kept_spare = false;
   std::size_t bytes = 0;

@@ -373,14 +373,14 @@ bool release_oldest_retained(Heap* h) {
 }  // namespace
 
 void heap_release_stale_kept_spans(Heap* h) {
-  BRISK_ASSERT(h->purging && t_heap == h);
+  BRISK_ASSERT(h->purging && t_heap == h && h->slow_depth != 0 && !h->idle_purged);
   // A current span kept empty is taken away from the fast path at one check (current[c] at
   // g_empty_span, installed[c] still s, as the idle purge and a debug switch leave it): the next
   // allocation of the class puts it back (alloc_refill), one slow path a check. Still away and
   // empty at the next check, nothing allocated from it for a whole delay: it goes back.
   auto idle = [h](unsigned c) {
     Span* s = h->installed[c];
-    if (s == &g_empty_span || s->used != 0) return false;
+    if (s == &g_empty_span || s->used != 0 || s->idle_purged) return false;  // (rebuilt already)
     if (current_span(h, c) == &g_empty_span) return true;
     std::atomic_ref<Span*>(h->current[c]).store(&g_empty_span, std::memory_order_relaxed);
     return false;
