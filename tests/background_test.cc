@@ -171,7 +171,7 @@ TEST_F(Background, ASpanKeptEmptyForItsClassGoesBackAfterTwoChecks) {
   }
 }
 
-TEST_F(Background, ARetainedClasssSpareGoesBackAfterTwoChecks) {
+TEST_F(Background, ARetainedClassSpareGoesBackAfterTwoChecks) {
   constexpr std::size_t kSize = 40000;  // 4 blocks a span
   const unsigned c = brisk::size_to_class_compute(kSize);
   brisk_free(brisk_malloc(kSize));  // the class is retained

@@ -378,9 +378,12 @@ void heap_release_stale_kept_spans(Heap* h) {
   // g_empty_span, installed[c] still s, as the idle purge and a debug switch leave it): the next
   // allocation of the class puts it back (alloc_refill), one slow path a check. Still away and
   // empty at the next check, nothing allocated from it for a whole delay: it goes back.
-  auto idle = [h](unsigned c) {
+  // True: class c's span is empty and was off already (unused since the previous check); an
+  // empty one still on is taken off. (idle_purged: HeapSlowLock rebuilt every such span before
+  // this runs; tested all the same, since releasing one would be unsound.)
+  auto unused_since_last_check = [h](unsigned c) {
     Span* s = h->installed[c];
-    if (s == &g_empty_span || s->used != 0 || s->idle_purged) return false;  // (rebuilt already)
+    if (s == &g_empty_span || s->used != 0 || s->idle_purged) return false;
     if (current_span(h, c) == &g_empty_span) return true;
     std::atomic_ref<Span*>(h->current[c]).store(&g_empty_span, std::memory_order_relaxed);
     return false;
@@ -395,10 +398,10 @@ void heap_release_stale_kept_spans(Heap* h) {
     Span* spare = h->spare[c];
     if (spare != nullptr && spare->used == 0 && spare->emptied_at_check != now)
       heap_release_span(h, spare);  // clears spare[c]
-    if (idle(c)) release_retained(h, k);
+    if (unused_since_last_check(c)) release_retained(h, k);
   }
   for (unsigned c = 0; c < kNumClasses; ++c)
-    if (!h->retained[c] && idle(c)) release_if_empty(h, c);
+    if (!h->retained[c] && unused_since_last_check(c)) release_if_empty(h, c);
 }
 
 namespace {
