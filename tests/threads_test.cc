@@ -164,7 +164,10 @@ TEST(BriskThreads, RemoteFreeOfAMediumBlockGivesItsPagesBackWithoutTheOwner) {
   brisk_stats after = Stats();
   EXPECT_EQ(before.medium_bytes_in_use - after.medium_bytes_in_use, uint64_t{kBlocks} * kSize)
       << "the blocks' spans are still the owner's";
-  EXPECT_EQ(after.remote_queued_bytes, before.remote_queued_bytes) << "queued to the owner";
+  // Below one block more, not equal: blocks an earlier test left queued to a heap in the pool
+  // leave the count when the freer's thread takes that heap and drains its queue (a TSan CI run
+  // at a469bb1 saw 112 bytes go).
+  EXPECT_LT(after.remote_queued_bytes, before.remote_queued_bytes + kSize) << "queued to the owner";
   step = 2;
   owner.join();
 }
