@@ -87,9 +87,9 @@ class alignas(BRISK_CACHELINE) Heap {
   } recent_releases[kRecentReleases];
   std::uint8_t recent_next = 0;
   std::uint64_t aged_at_ms = 0;          // when the chunks' `aged` sets were taken
-  // The checks of heap_purge that looked at the kept spans so far (the owner's, under
-  // HeapSlowLock: Span::emptied_at_check), and whether one is under way (the spans it gives
-  // back then do not start another check).
+  // The owner's checks of its kept spans so far (heap_release_stale_kept_spans, from
+  // heap_purge: Span::emptied_at_check), and whether one is under way (the spans it gives back
+  // then start no purge of their own).
   std::uint32_t purge_checks = 0;
   bool purging = false;
   // Spans of freed medium blocks kept for the next ones (threadcache/medium.cc), oldest first,

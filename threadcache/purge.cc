@@ -31,12 +31,7 @@ std::size_t heap_purge(Heap* h, std::size_t keep) {
   // purge gave back in place: the owner also takes its own lock with a bare try_lock, to reclaim
   // its queue for another of its heaps (reclaim_other_queues from its debug heap's span_create),
   // and a span still marked idle_purged must not be released.
-  if (keep != 0 && t_heap == h && h->slow_depth != 0) {
-    h->purging = true;
-    heap_release_stale_kept_spans(h);
-    h->purging = false;
-    ++h->purge_checks;
-  }
+  if (keep != 0 && t_heap == h && h->slow_depth != 0) heap_release_stale_kept_spans(h);
   bool lazy = options::get(options::Id::kPurgeAdvice) == 1 && keep != 0;  // collect is eager
   bool kept_spare = false;
   std::size_t bytes = 0;

@@ -373,7 +373,8 @@ bool release_oldest_retained(Heap* h) {
 }  // namespace
 
 void heap_release_stale_kept_spans(Heap* h) {
-  BRISK_ASSERT(h->purging && t_heap == h && h->slow_depth != 0 && !h->idle_purged);
+  BRISK_ASSERT(!h->purging && t_heap == h && h->slow_depth != 0 && !h->idle_purged);
+  h->purging = true;  // the releases below start no purge of their own
   // A current span kept empty is taken away from the fast path at one check (current[c] at
   // g_empty_span, installed[c] still s, as the idle purge and a debug switch leave it): the next
   // allocation of the class puts it back (alloc_refill), one slow path a check. Still away and
@@ -402,6 +403,8 @@ void heap_release_stale_kept_spans(Heap* h) {
   }
   for (unsigned c = 0; c < kNumClasses; ++c)
     if (!h->retained[c] && unused_since_last_check(c)) release_if_empty(h, c);
+  ++h->purge_checks;
+  h->purging = false;
 }
 
 namespace {

@@ -33,7 +33,7 @@ std::size_t heap_release_spares(Heap* h);
 // without the lock, so no other thread may release them): gives back every class's current
 // span that is empty, and every spare.
 void heap_release_empty_spans(Heap* h);
-// In heap_purge's aging check, by h's owner thread (h->purging set, the slow lock held): gives
+// In heap_purge's aging check, by h's owner thread under HeapSlowLock: gives
 // back every span kept empty for its class (a current span, a retained class's spare) from
 // which nothing was allocated since the previous check: jemalloc's decay, for whole spans. A
 // class in use keeps its span (at the cost of one slow path a check, which puts it back on the
