@@ -497,9 +497,13 @@ TEST_F(Background, AnIdleThreadsInstalledSpansWithoutALiveBlockGiveTheirPagesBac
   };
   std::uint32_t capacity[kN] = {};
   std::thread worker([&] {
+    // Every class's first span before any of them empties: a new span may take the page of a
+    // span kept empty for a class not refilled lately (span_pages.cc).
+    std::vector<void*> firsts;
+    for (std::size_t k = 0; k < kN; ++k) firsts.push_back(brisk_malloc(kSizes[k]));
     for (std::size_t k = 0; k < kN; ++k) {
       // The class's first span, every block of it handed out and written.
-      std::vector<void*> blocks{brisk_malloc(kSizes[k])};
+      std::vector<void*> blocks{firsts[k]};
       auto a = reinterpret_cast<std::uintptr_t>(blocks[0]);
       spans[k] = chunk_of(a)->span_of(a);
       capacity[k] = spans[k]->span_bytes / spans[k]->block_size;

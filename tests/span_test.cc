@@ -129,6 +129,40 @@ TEST(Span, ANewSpanTakesTheResidentPagesOfAnEmptySpanKeptForAnotherClass) {
   }).join();
 }
 
+TEST(Span, ANewOnePageSpanTakesThePageOfASpanKeptForAClassNotRefilledLately) {
+  // A one-page class keeps its emptied current span whatever else happens. A class the thread
+  // has not refilled for Heap::take_kept_after of its refills gives that page to another
+  // class's new one-page span before the span faults in a fresh page; a class refilled lately
+  // keeps it. A class that refills soon after losing its page doubles the threshold.
+  std::thread([] {
+    brisk_trim();  // no resident free page anywhere: only the kept span's page is resident
+    constexpr std::size_t kA = 3000, kB = 8192;  // one-page spans; each 8 KiB block is a carve
+    const unsigned ca = size_to_class(kA), cb = size_to_class(kB);
+    ASSERT_EQ(kClasses[ca].span_pages, 1u);
+    ASSERT_EQ(kClasses[cb].span_pages, 1u);
+    void* a = brisk_malloc(kA);
+    std::memset(a, 1, kA);
+    Span* sa = span_of(a);
+    brisk_free(a);
+    ASSERT_EQ(t_heap->installed[ca], sa) << "the emptied span is kept for its class";
+    ASSERT_EQ(t_heap->take_kept_after, Heap::kTakeKeptAfterMin);
+    std::vector<void*> bs;
+    // cb's first span comes one refill after ca's; its other blocks are carved a refill each.
+    for (unsigned i = 0; i < kClasses[cb].capacity; ++i) bs.push_back(brisk_malloc(kB));
+    EXPECT_EQ(t_heap->installed[ca], sa) << "the span of a class refilled lately was taken";
+    ASSERT_GE(kClasses[cb].capacity + 1, Heap::kTakeKeptAfterMin);
+    void* b = brisk_malloc(kB);  // cb's second span, capacity + 1 refills after ca's last
+    EXPECT_EQ(t_heap->installed[ca], &g_empty_span) << "the stale kept span stayed";
+    EXPECT_EQ(span_of(b), sa) << "the new span is not on the kept span's page";
+    EXPECT_EQ(static_cast<unsigned char*>(b)[100], 1) << "the page was not the resident one";
+    void* a2 = brisk_malloc(kA);  // ca refills at once: taking its page was a mistake
+    EXPECT_EQ(t_heap->take_kept_after, 2 * Heap::kTakeKeptAfterMin);
+    brisk_free(a2);
+    brisk_free(b);
+    for (void* p : bs) brisk_free(p);
+  }).join();
+}
+
 // A loop that takes a span and a few blocks more of a class and frees them all: the span that
 // empties while another is the class's current span stays as the class's spare, so the next
 // round does not create it again; brisk_thread_collect gives it back.

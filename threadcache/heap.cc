@@ -44,6 +44,7 @@ BRISK_NOINLINE void* alloc_refill(Heap* h, unsigned c, std::size_t size) {
     return p;
   }
   heap_refresh_levers(h);
+  heap_note_refill(h, c);
   if (h->foreign_always) h->foreign_wanted[c] = true;
   if (void* p = foreign_cache_take(h, c)) return p;
   HeapSlowLock lock(h);

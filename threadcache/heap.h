@@ -92,6 +92,17 @@ class alignas(BRISK_CACHELINE) Heap {
   // then start no purge of their own).
   std::uint32_t purge_checks = 0;
   bool purging = false;
+  // Owner only (span_pages.h: heap_note_refill, and span_pages.cc's taking of a stale kept
+  // span's page): alloc_refill calls so far; the count at each class's last refill; the count at
+  // which a class's kept span was taken for another class (0: none since); and how many refills
+  // a class must have gone without before its kept span may be taken (adaptive, between
+  // kTakeKeptAfterMin and kTakeKeptAfterMax).
+  static constexpr std::uint32_t kTakeKeptAfterMin = 8;
+  static constexpr std::uint32_t kTakeKeptAfterMax = 4096;
+  std::uint32_t refills = 0;
+  std::uint32_t refilled_at[kNumClasses] = {};
+  std::uint32_t kept_taken_at[kNumClasses] = {};
+  std::uint32_t take_kept_after = kTakeKeptAfterMin;
   // Spans of freed medium blocks kept for the next ones (threadcache/medium.cc), oldest first,
   // under slow_lock.
   Span* medium_cache[kMediumCacheSlots] = {};

@@ -103,6 +103,10 @@ void heap_reset(Heap* h) {
   }
   h->released_since_purge = 0;
   h->aged_at_ms = 0;
+  h->refills = 0;
+  for (auto& r : h->refilled_at) r = 0;
+  for (auto& t : h->kept_taken_at) t = 0;
+  h->take_kept_after = Heap::kTakeKeptAfterMin;
   h->lever_epoch = ~std::uint32_t{0};
   for (auto& r : h->retained) r = false;
   for (auto& s : h->spare) s = nullptr;

@@ -16,6 +16,20 @@ namespace brisk {
 // i (0: every page reads as zeros). nullptr: no memory.
 // small: for a small class (may take the pages of a span kept empty for another class).
 Span* span_create(Heap* h, unsigned pages, std::uint64_t* dirty = nullptr, bool small = false);
+// By h's owner, at each alloc_refill of class c: counts the refill (Heap::refills, refilled_at)
+// and adapts how stale a kept span must be before a new span of another class takes its page
+// (span_pages.cc, take_stale_kept_page): a class whose kept span was taken and that refills
+// again within four times that many refills doubles it; every 1,024 refills halve it.
+inline void heap_note_refill(Heap* h, unsigned c) {
+  const std::uint32_t now = ++h->refills;
+  h->refilled_at[c] = now;
+  if (BRISK_UNLIKELY(h->kept_taken_at[c] != 0)) {
+    if (now - h->kept_taken_at[c] < 4 * h->take_kept_after && h->take_kept_after < Heap::kTakeKeptAfterMax)
+      h->take_kept_after *= 2;
+    h->kept_taken_at[c] = 0;
+  }
+  if ((now & 1023) == 0 && h->take_kept_after > Heap::kTakeKeptAfterMin) h->take_kept_after /= 2;
+}
 // A fresh span of small class c owned by h, with nothing carved yet.
 Span* span_new_small(Heap* h, unsigned c);
 void carve(Span* s);                       // cuts the next OS page of s into free blocks
