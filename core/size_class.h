@@ -6,12 +6,16 @@
 // Every class size is a multiple of 16, and spans start page-aligned, so every block is
 // 16-byte aligned; a class whose size is a multiple of 2^k serves alignment 2^k.
 //
-// Each class has a span of 1, 2 or 4 pages of 64 KiB: the fewest that hold at least 8 blocks,
-// or 4 for classes above 16 KiB. A thread keeps a span per class it uses, and a span of those
-// classes claimed 256-512 KiB for as few as 1-2 live blocks: halving them (stress suite, 9 pairs)
-// lowered the peaks of realloc 0.88x, prodcons 0.93x, larson-classic 0.92x and mstress 0.89x,
-// at 0.89-0.95 of the time on realloc and prodcons and level elsewhere. Classes up to 16 KiB
-// keep 8: halving them too gained no more.
+// Each class has a span of 1 or 2 pages of 64 KiB: the fewest that hold at least 8 blocks, and
+// one page for classes above 16 KiB, which holds 1-3 of their blocks. A thread keeps a span
+// per class it uses, and a span of those classes often holds one live block: at 4 blocks (2-4
+// pages) they claimed 128-256 KiB for it, and one page instead (with a new span taking the page
+// of one kept for a class the thread left, span_pages.cc) lowered the peaks of strings 19.4 ->
+// 15.0 MiB, mstress 22.1 -> 20.0, realloc 100.3 -> 94.5, larson 47.7 -> 45.1 and xmalloc 15.5
+// -> 13.3, at 0.84-0.96 of the time there and level elsewhere (both suites, 7 pairs, AMD VM,
+// 2026-12-04). One page for the 8-16 KiB classes too lowered churn's and realloc's peaks 3-5%
+// more, but it would leave no class with a multi-page span for BRISK_RETAINED_* to keep. (Before, 8 rather than 4 blocks above 16 KiB: halving them lowered the peaks of
+// realloc 0.88x, prodcons 0.93x, larson-classic 0.92x and mstress 0.89x.)
 #pragma once
 
 #include <array>
@@ -51,7 +55,7 @@ struct SizeClassInfo {
 constexpr SizeClassInfo make_class_info(unsigned c) {
   std::size_t size = class_size_of(c);
   unsigned pages = 1;
-  const std::size_t min_blocks = size > 16 * 1024 ? 4 : 8;
+  const std::size_t min_blocks = size > 16 * 1024 ? 1 : 8;
   while (pages < kMaxSmallSpanPages && pages * kPageSize / size < min_blocks) pages *= 2;
   return SizeClassInfo{static_cast<std::uint32_t>(size), pages,
                        static_cast<std::uint32_t>(pages * kPageSize / size), block_divisor(size)};
@@ -96,7 +100,7 @@ static_assert(size_to_class_compute(257) == 16 && class_size_of(16) == 288);
 static_assert(kNumClasses < 256, "span descriptors store the class in a byte");
 constexpr bool spans_hold_enough_blocks() {
   for (const SizeClassInfo& info : kClasses)
-    if (info.capacity < (info.size > 16 * 1024 ? 4u : 8u)) return false;
+    if (info.capacity < (info.size > 16 * 1024 ? 1u : 8u)) return false;
   return true;
 }
 static_assert(spans_hold_enough_blocks(), "kMaxSmallSpanPages is too small for kSmallMax");

@@ -54,7 +54,7 @@ class Background : public ::testing::Test {
   }
 };
 
-// Blocks of 32 KiB (multi-page spans), every one but one per chunk freed: no chunk empties,
+// Blocks of 32 KiB (two a one-page span), every one but one per chunk freed: no chunk empties,
 // so only purging free pages can give the memory back.
 std::vector<void*> AllocateAndKeepOnePerChunk(std::size_t bytes, std::uint64_t seed) {
   std::vector<void*> blocks;
@@ -157,7 +157,7 @@ brisk::Span* InstalledSpanOf(std::size_t size) {
 }
 
 TEST_F(Background, ASpanKeptEmptyForItsClassGoesBackAfterTwoChecks) {
-  for (std::size_t size : {std::size_t{3000}, std::size_t{40000}}) {  // one page; retained, 4 pages
+  for (std::size_t size : {std::size_t{3000}, std::size_t{12000}}) {  // one page; retained, 2 pages
     SCOPED_TRACE(size);
     brisk_free(brisk_malloc(size));
     brisk::Span* s = InstalledSpanOf(size);
@@ -172,12 +172,12 @@ TEST_F(Background, ASpanKeptEmptyForItsClassGoesBackAfterTwoChecks) {
 }
 
 TEST_F(Background, ARetainedClassSpareGoesBackAfterTwoChecks) {
-  constexpr std::size_t kSize = 40000;  // 4 blocks a span
+  constexpr std::size_t kSize = 12000;  // 2-page spans of 10 blocks
   const unsigned c = brisk::size_to_class_compute(kSize);
   brisk_free(brisk_malloc(kSize));  // the class is retained
   ASSERT_TRUE(brisk::t_heap->retained[c]);
   std::vector<void*> blocks;
-  for (int i = 0; i < 8; ++i) blocks.push_back(brisk_malloc(kSize));  // two spans at least
+  for (unsigned i = 0; i < 2 * brisk::kClasses[c].capacity; ++i) blocks.push_back(brisk_malloc(kSize));  // two spans at least
   for (void* p : blocks) brisk_free(p);
   brisk::Span* spare = brisk::t_heap->spare[c];
   ASSERT_NE(spare, nullptr) << "a span of the class that emptied behind the current one is its spare";
@@ -189,7 +189,7 @@ TEST_F(Background, ARetainedClassSpareGoesBackAfterTwoChecks) {
 }
 
 TEST_F(Background, ASpanEmptiedAgainBetweenChecksStays) {
-  for (std::size_t size : {std::size_t{3000}, std::size_t{40000}}) {
+  for (std::size_t size : {std::size_t{3000}, std::size_t{12000}}) {
     SCOPED_TRACE(size);
     brisk_free(brisk_malloc(size));
     brisk::Span* s = InstalledSpanOf(size);

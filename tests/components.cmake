@@ -9,6 +9,10 @@ endforeach()
 add_test(NAME large_budget_test COMMAND large_test --gtest_filter=LargeCacheBudget.*)
 set_tests_properties(large_budget_test PROPERTIES LABELS unit TIMEOUT 60
   ENVIRONMENT "BRISK_LARGE_CACHE_BYTES=48m;BRISK_LARGE_DIRTY_BYTES=20m")
+# Low-memory's budget of retained spans, set below what the 2-page classes carve together.
+add_test(NAME span_retained_budget_test COMMAND span_test --gtest_filter=Span.LowMemoryReleasesTheSpanKeptLongest*)
+set_tests_properties(span_retained_budget_test PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT "BRISK_RETAINED_BYTES=768k"
+  FAIL_REGULAR_EXPRESSION "SKIPPED")
 # The large stash, which holds only large blocks of up to 2 MiB: with medium blocks up to 256 KiB.
 add_test(NAME large_stash_test COMMAND large_test --gtest_filter=LargeStash.*)
 set_tests_properties(large_stash_test PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT "BRISK_MEDIUM_MAX=256k")

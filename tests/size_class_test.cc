@@ -34,12 +34,17 @@ TEST(SizeClass, WasteAbove128BytesIsAtMostOneEighth) {
     ASSERT_LT(kClasses[size_to_class(size)].size - size, 16u) << size;
 }
 
-TEST(SizeClass, SpansHoldAtLeastEightBlocksOrFourAbove16KiB) {
+TEST(SizeClass, SpansHoldAtLeastEightBlocksOrAreOnePageAbove16KiB) {
   for (unsigned c = 0; c < kNumClasses; ++c) {
     const SizeClassInfo& info = kClasses[c];
-    EXPECT_GE(info.capacity, info.size > 16 * 1024 ? 4u : 8u) << c;
+    if (info.size > 16 * 1024) {
+      EXPECT_EQ(info.span_pages, 1u) << c;
+      EXPECT_GE(info.capacity, 1u) << c;
+    } else {
+      EXPECT_GE(info.capacity, 8u) << c;
+    }
     // The fewest pages that do: half the span would hold too few.
-    if (info.span_pages > 1) EXPECT_LT(info.span_pages / 2 * kPageSize / info.size, info.size > 16 * 1024 ? 4u : 8u) << c;
+    if (info.span_pages > 1) EXPECT_LT(info.span_pages / 2 * kPageSize / info.size, 8u) << c;
     EXPECT_LE(info.span_pages, kMaxSmallSpanPages);
     EXPECT_EQ(info.capacity, info.span_pages * kPageSize / info.size);
   }

@@ -86,7 +86,7 @@ TEST(Span, AFullSpanThatEmptiesGoesBackToItsChunk) {
     // current span; emptying it releases its pages.
     const unsigned per_span = kClasses[kNumClasses - 1].capacity;
     std::vector<void*> blocks;
-    for (unsigned i = 0; i < per_span + per_span / 2; ++i) blocks.push_back(brisk_malloc(64 * 1024));
+    for (unsigned i = 0; i < per_span + (per_span + 1) / 2; ++i) blocks.push_back(brisk_malloc(64 * 1024));
     Span* first = span_of(blocks[0]);
     Chunk* chunk = chunk_of(reinterpret_cast<std::uintptr_t>(first->start));
     unsigned page = first->first_page;
@@ -108,9 +108,9 @@ TEST(Span, ANewSpanTakesTheResidentPagesOfAnEmptySpanKeptForAnotherClass) {
   // (BRISK_RETAINED_SPANS): alloc/free ping-pong then never recreates it. When another class
   // needs a new span and the thread's chunks have no other resident run, the kept span gives
   // its pages to the new one, rather than the new span faulting in fresh pages (a string growing
-  // through the classes). 40 and 48 KiB are different classes, both with 4-page spans.
+  // through the classes). 9 and 10 KiB are different classes, both with 2-page spans.
   std::thread([] {
-    constexpr std::size_t kA = 40 * 1024, kB = 48 * 1024;
+    constexpr std::size_t kA = 9 * 1024, kB = 10 * 1024;
     ASSERT_NE(size_to_class(kA), size_to_class(kB));
     ASSERT_EQ(kClasses[size_to_class(kA)].span_pages, kClasses[size_to_class(kB)].span_pages);
     void* a = brisk_malloc(kA);
@@ -168,8 +168,9 @@ TEST(Span, ANewOnePageSpanTakesThePageOfASpanKeptForAClassNotRefilledLately) {
 // round does not create it again; brisk_thread_collect gives it back.
 TEST(Span, AnEmptiedSpanOfARetainedClassStaysAsItsSpareUntilCollect) {
   std::thread([] {
-    constexpr std::size_t kSize = 48 * 1024;
+    constexpr std::size_t kSize = 12 * 1024;  // a 2-page span
     const unsigned c = size_to_class(kSize);
+    ASSERT_GT(kClasses[c].span_pages, 1u);
     const unsigned n = kClasses[c].capacity + 2;
     std::vector<void*> blocks(n);
     Span* other = nullptr;
@@ -205,7 +206,7 @@ TEST(Span, BriskTrimGivesBackTheSpareOfABlockedThread) {
   Span* spare = nullptr;
   Span* left = reinterpret_cast<Span*>(1);
   std::thread worker([&] {
-    constexpr std::size_t kSize = 48 * 1024;
+    constexpr std::size_t kSize = 12 * 1024;  // a 2-page span
     const unsigned c = size_to_class(kSize);
     std::vector<void*> blocks(kClasses[c].capacity + 2);
     for (int round = 0; round < 2; ++round) {
@@ -249,13 +250,14 @@ class LowMemoryMode {
 };
 
 TEST(Span, LowMemoryKeepsTheEmptiedSpansOfEveryClassARoundCyclesWhenFewBlocksAreCarved) {
-  // MMtest's medium test: each round takes one block of each of six multi-page classes and frees
+  // MMtest's medium test: each round takes one block of each of six multi-page classes (9-14 KiB
+  // here; MMtest's 10-100 KiB blocks reach them) and frees
   // them all. Their spans hold one or two carved blocks each, well under low-memory's
   // BRISK_RETAINED_BYTES, so all six are kept: releasing some every round moved them over pages
   // other blocks had touched, and peak RSS rose above balanced mode's.
   LowMemoryMode low;
   std::thread([] {
-    constexpr std::size_t kSizes[] = {10240, 20480, 30720, 40960, 51200, 61440};
+    constexpr std::size_t kSizes[] = {9216, 10240, 11264, 12288, 13312, 14336};
     Span* kept[6] = {};
     for (int round = 0; round < 3; ++round) {
       void* p[6];
@@ -276,26 +278,28 @@ TEST(Span, LowMemoryKeepsTheEmptiedSpansOfEveryClassARoundCyclesWhenFewBlocksAre
 }
 
 TEST(Span, LowMemoryReleasesTheSpanKeptLongestWhenTheKeptCarvedBytesPassTheBudget) {
-  // The 4-page spans of the seven classes from 40 KiB up, carved whole (about 230 KiB each),
-  // emptied in turn: together they pass low-memory's 1 MiB budget, so the ones kept longest go
-  // back and what stays kept is within the budget.
+  // The 2-page spans of the eight classes from 9 to 16 KiB, carved whole (about 122 KiB each),
+  // emptied in turn: together they pass a budget of 768 KiB, so the ones kept longest go back
+  // and what stays kept is within the budget. Low-memory's own 1 MiB is more than they carve:
+  // span_retained_budget_test runs this test with BRISK_RETAINED_BYTES=768k.
   LowMemoryMode low;
-  std::thread([] {
-    const unsigned first = size_to_class(40960);
-    const unsigned n = kNumClasses - first;
+  const auto budget = static_cast<std::size_t>(brisk::options::get(brisk::options::Id::kRetainedBytes));
+  if (budget >= 960 * 1024) GTEST_SKIP() << "needs BRISK_RETAINED_BYTES below 960k (span_retained_budget_test)";
+  std::thread([budget] {
+    const unsigned first = size_to_class(9216);
+    const unsigned n = size_to_class(16384) + 1 - first;
     std::vector<Span*> spans(n);
     std::vector<std::vector<void*>> blocks(n);
     std::size_t carved = 0;
     for (unsigned i = 0; i < n; ++i) {  // all live at once, so no new span takes a kept one's pages
       const unsigned c = first + i;
-      ASSERT_EQ(kClasses[c].span_pages, 4u);
+      ASSERT_EQ(kClasses[c].span_pages, 2u);
       for (unsigned k = 0; k < kClasses[c].capacity; ++k) blocks[i].push_back(brisk_malloc(kClasses[c].size));
       spans[i] = span_of(blocks[i][0]);
       for (void* b : blocks[i]) ASSERT_EQ(span_of(b), spans[i]) << "one span holds the class's blocks";
       ASSERT_EQ(spans[i]->carved_bytes(), kClasses[c].capacity * kClasses[c].size);
       carved += spans[i]->carved_bytes();
     }
-    const auto budget = static_cast<std::size_t>(brisk::options::get(brisk::options::Id::kRetainedBytes));
     ASSERT_GT(carved, budget) << "the spans must pass the budget together";
     for (auto& v : blocks)
       for (void* b : v) brisk_free(b);
@@ -319,7 +323,7 @@ TEST(Span, LowMemoryKeepsTheTailOfASpanRecreatedOnPagesItsClassJustReleased) {
 #endif
   LowMemoryMode low;
   std::thread([] {
-    constexpr std::size_t kSize = 48 * 1024;
+    constexpr std::size_t kSize = 12 * 1024;  // a retained class: 2-page spans
     const unsigned n = 2 * kClasses[size_to_class(kSize)].capacity + 3;  // three spans a round
     std::vector<void*> blocks(n);
     auto round = [&] {

@@ -317,8 +317,9 @@ std::string Printed(int json) {
 // claimed first) keeps them resident past its carved part until carving reaches them; they
 // stay counted (they dropped out of the estimate: 37-54 MiB of balanced realloc's peak).
 TEST(Stats, BytesResidentCountsTheResidentPagesPastASmallSpansCarvedPart) {
-  constexpr size_t kBlock = 64 * 1024;
-  constexpr size_t kMedium = brisk::kClasses[brisk::kNumClasses - 1].span_pages * brisk::kPageSize;  // the 64 KiB class's span
+  constexpr size_t kBlock = 16 * 1024;  // a class with 2-page spans
+  constexpr size_t kMedium = brisk::kClasses[brisk::size_to_class_compute(kBlock)].span_pages * brisk::kPageSize;  // its span
+  static_assert(kMedium > brisk::kSmallMax, "a medium block takes the span's pages first");
   if (brisk_get_strategy() == BRISK_STRATEGY_LOW_MEMORY) GTEST_SKIP() << "low-memory gives span tails back";
   std::thread([] {
     void* m = brisk_malloc(kMedium);

@@ -200,7 +200,7 @@ std::uint64_t purge_span_tail(Heap* h, Span* s, unsigned c, std::uint64_t dirty)
   auto start = reinterpret_cast<std::uintptr_t>(s->start);
   std::uintptr_t from = round_to_os_page(start + info.size);
   std::uintptr_t end = start + (std::size_t{info.span_pages} << kPageShift);
-  BRISK_ASSERT(from < end);  // a span holds at least 4 blocks of its class (2 would do here)
+  if (from >= end) return dirty;  // one block fills the span (the 64 KiB class): no tail
   unsigned first_page = static_cast<unsigned>((from - start) >> kPageShift);  // 64 KiB page of `from`
   if ((dirty >> first_page) == 0) return dirty;  // the tail never held data: it is not resident
   if (((dirty & ~recently_released_pages(h, s, c)) >> first_page) == 0) return dirty;  // hot: kept
