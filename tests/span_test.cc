@@ -163,6 +163,36 @@ TEST(Span, ANewOnePageSpanTakesThePageOfASpanKeptForAClassNotRefilledLately) {
   }).join();
 }
 
+TEST(Span, AKeptSpanInAnotherHeapsChunkIsNotTakenForANewSpan) {
+  // A kept span's page is taken only from the thread's own chunks: released in another heap's
+  // chunk, the page was missed by the search that followed and the class lost its span for
+  // nothing. Here the calling thread leaves the only resident free page, in its own chunk, and a
+  // new thread's first span (of class ca) takes it there.
+  brisk_trim();
+  constexpr std::size_t kMedium = 2 * kPageSize - 4096;
+  void* m = brisk_malloc(kMedium);
+  ASSERT_NE(m, nullptr);
+  std::memset(m, 5, kMedium);
+  brisk_free(m);
+  {
+    HeapSlowLock lock(t_heap);
+    medium_cache_flush(t_heap);
+  }
+  std::thread([] {
+    constexpr std::size_t kA = 3000, kB = 8192;
+    const unsigned ca = size_to_class(kA), cb = size_to_class(kB);
+    brisk_free(brisk_malloc(kA));
+    Span* sa = t_heap->installed[ca];
+    ASSERT_NE(sa, &g_empty_span);
+    ASSERT_NE(chunk_of(reinterpret_cast<std::uintptr_t>(sa->start))->page_owner.load(), t_heap)
+        << "the first span was expected in the calling thread's chunk";
+    std::vector<void*> bs;
+    for (unsigned i = 0; i <= kClasses[cb].capacity; ++i) bs.push_back(brisk_malloc(kB));  // two spans
+    EXPECT_EQ(t_heap->installed[ca], sa) << "a kept span in another heap's chunk was taken";
+    for (void* p : bs) brisk_free(p);
+  }).join();
+}
+
 // A loop that takes a span and a few blocks more of a class and frees them all: the span that
 // empties while another is the class's current span stays as the class's spare, so the next
 // round does not create it again; brisk_thread_collect gives it back.

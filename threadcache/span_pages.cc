@@ -93,7 +93,7 @@ namespace {
 
 bool release_oldest_retained(Heap* h);
 bool release_retained_fitting(Heap* h, unsigned pages);
-bool release_stale_kept_span(Heap* h);
+Chunk* take_stale_kept_page(Heap* h, unsigned* first_out, std::uint64_t* dirty);
 
 // Pages for a new span, from the first of: resident free pages in this heap's chunks; (for a
 // small span) those of an emptied span kept for another class; resident free pages in other
@@ -122,8 +122,8 @@ Chunk* claim_pages_for_span(Heap* h, unsigned pages, bool small, unsigned* first
   // fresh ones). Not for medium blocks: they would take kept spans one after another, and each
   // class whose span went would then need new pages itself.
   if (ch == nullptr && small && release_retained_fitting(h, pages)) ch = claim_own(true);
-  // So do one-page spans kept for classes the thread has left (release_stale_kept_span).
-  if (ch == nullptr && small && pages == 1 && release_stale_kept_span(h)) ch = claim_own(true);
+  // So do one-page spans kept for classes the thread has left (take_stale_kept_page).
+  if (ch == nullptr && small && pages == 1) ch = take_stale_kept_page(h, &first, dirty);
   if (ch == nullptr) ch = chunk_claim_shared(h, pages, true, &first, dirty);
   if (ch == nullptr) {
     Chunk* c = chunk_adopt(h);
@@ -377,24 +377,41 @@ bool release_retained_fitting(Heap* h, unsigned pages) {
 // goes to g_empty_span and its next allocation gets a new span). The threshold adapts
 // (heap_note_refill): at a fixed 8, MMtest small, whose 13 classes take turns, took a span from
 // the class refilled 8-12 refills before and gave it one back soon after, on almost every
-// refill (7x the time); MMtest strings needs it that low (peak 13.9 MiB at 8, 18.3 at 64, 21.5
-// at 256, against 20.1 without). False: no kept span is that stale.
-bool release_stale_kept_span(Heap* h) {
+// refill (MMtest small 7x the time, small-raw 20x); MMtest strings needs it that low (peak
+// 13.9 MiB at 8, 18.3 at 64, 21.5 at 256, against 20.1 without).
+// Only a span in one of h's own chunks, and that page exactly: a page released in another
+// heap's chunk was missed by the search of h's own chunks that followed (a review's count in a
+// threaded test: 2,850 of 4,194 releases in balanced mode were there, and the shared search
+// reached 1,234 of them, so 39% of the releases took a class's span for nothing). Only a span with a
+// carved block: one the idle purge gave back in place (rebuilt by HeapSlowLock, nothing carved)
+// holds no resident page. Returns the chunk and sets *first_out, or nullptr.
+Chunk* take_stale_kept_page(Heap* h, unsigned* first_out, std::uint64_t* dirty) {
   unsigned stalest = kNumClasses;
   std::uint32_t most = 0;
   for (unsigned c = 0; c < kNumClasses; ++c) {
     const Span* s = h->installed[c];
-    if (s == &g_empty_span || s->used != 0 || s->page_count != 1 || s->idle_purged) continue;
+    if (s == &g_empty_span || s->used != 0 || s->page_count != 1 || s->carved_blocks == 0) continue;
     const std::uint32_t unrefilled = h->refills - h->refilled_at[c];
-    if (unrefilled >= h->take_kept_after && unrefilled >= most) {
-      stalest = c;
-      most = unrefilled;
-    }
+    if (unrefilled < h->take_kept_after || unrefilled < most) continue;
+    if (chunk_of(reinterpret_cast<std::uintptr_t>(s->start))->page_owner.load(std::memory_order_relaxed) != h) continue;
+    stalest = c;
+    most = unrefilled;
   }
-  if (stalest == kNumClasses) return false;
+  if (stalest == kNumClasses) return nullptr;
+  const Span* s = h->installed[stalest];
+  Chunk* ch = chunk_of(reinterpret_cast<std::uintptr_t>(s->start));
+  const unsigned first = s->first_page;
   h->kept_taken_at[stalest] = h->refills | 1;  // never 0, which means "not taken"
   release_if_empty(h, stalest);
-  return true;
+  // The release may start a purge check that destroys a chunk it emptied: claim the page only
+  // if ch is still one of h's.
+  for (Chunk* c = h->chunks; c != nullptr; c = c->next) {
+    if (c != ch) continue;
+    if (!chunk_claim_pages_at(ch, first, 1, dirty)) return nullptr;
+    *first_out = first;
+    return ch;
+  }
+  return nullptr;
 }
 
 // Gives back the span of the class kept longest ago, if still empty. False: none is kept.

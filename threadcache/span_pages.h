@@ -18,7 +18,7 @@ namespace brisk {
 Span* span_create(Heap* h, unsigned pages, std::uint64_t* dirty = nullptr, bool small = false);
 // By h's owner, at each alloc_refill of class c: counts the refill (Heap::refills, refilled_at)
 // and adapts how stale a kept span must be before a new span of another class takes its page
-// (span_pages.cc, take_stale_kept_page): a class whose kept span was taken and that refills
+// (span_pages.cc's take_stale_kept_page): a class whose kept span was taken and that refills
 // again within four times that many refills doubles it; every 1,024 refills halve it.
 inline void heap_note_refill(Heap* h, unsigned c) {
   const std::uint32_t now = ++h->refills;
