@@ -29,6 +29,20 @@ Span* span_of(void* p) {
   return chunk_of(a)->span_of(a);
 }
 
+// A medium block of two pages, written whole (with `fill`) and freed, its run given back from
+// the calling thread's medium cache: two free pages that held data, resident. Returns where it
+// was.
+void* LeaveTwoResidentFreePages(int fill) {
+  constexpr std::size_t kMedium = 2 * kPageSize - 4096;
+  void* m = brisk_malloc(kMedium);
+  if (m == nullptr) return nullptr;
+  std::memset(m, fill, kMedium);
+  brisk_free(m);
+  HeapSlowLock lock(t_heap);
+  medium_cache_flush(t_heap);
+  return m;
+}
+
 TEST(SpanList, PushRemovePopKeepTheLinksAndCount) {
   Span a, b, c;
   SpanList l;
@@ -169,15 +183,7 @@ TEST(Span, AKeptSpanInAnotherHeapsChunkIsNotTakenForANewSpan) {
   // nothing. Here the calling thread leaves the only resident free page, in its own chunk, and a
   // new thread's first span (of class ca) takes it there.
   brisk_trim();
-  constexpr std::size_t kMedium = 2 * kPageSize - 4096;
-  void* m = brisk_malloc(kMedium);
-  ASSERT_NE(m, nullptr);
-  std::memset(m, 5, kMedium);
-  brisk_free(m);
-  {
-    HeapSlowLock lock(t_heap);
-    medium_cache_flush(t_heap);
-  }
+  ASSERT_NE(LeaveTwoResidentFreePages(5), nullptr);
   std::thread([] {
     constexpr std::size_t kA = 3000, kB = 8192;
     const unsigned ca = size_to_class(kA), cb = size_to_class(kB);
@@ -384,15 +390,8 @@ TEST(Span, LowMemoryGivesBackTheResidentPagesPastANewSmallSpansFirstCarve) {
     // A fresh thread's chunk: a medium block touched whole and freed, its run given back from
     // the thread's medium cache, leaves its two pages free and resident, the only resident free
     // run, so the next new span takes them.
-    constexpr std::size_t kMedium = 2 * kPageSize - 4096;
-    void* m = brisk_malloc(kMedium);
+    void* m = LeaveTwoResidentFreePages(0x77);
     ASSERT_NE(m, nullptr);
-    std::memset(m, 0x77, kMedium);
-    brisk_free(m);
-    {
-      HeapSlowLock lock(t_heap);
-      medium_cache_flush(t_heap);
-    }
     void* b = brisk_malloc(48);
     Span* s = span_of(b);
     ASSERT_EQ(s->kind, SpanKind::kSmall);
