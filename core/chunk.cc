@@ -154,7 +154,7 @@ unsigned chunk_claim_pages(Chunk* c, unsigned n, std::uint64_t* dirty_out) {
   }
 }
 
-bool chunk_claim_pages_at(Chunk* c, unsigned first, unsigned n, std::uint64_t* dirty_out) {
+bool chunk_claim_pages_at(Chunk* c, unsigned first, unsigned n) {
   if (first == 0 || first + n > kPagesPerChunk) return false;
   std::uint64_t m = run_mask(first, n);
   std::uint64_t bits = c->free_pages.load(std::memory_order_acquire);
@@ -162,8 +162,7 @@ bool chunk_claim_pages_at(Chunk* c, unsigned first, unsigned n, std::uint64_t* d
     if ((bits & m) != m) return false;
     if (c->free_pages.compare_exchange_weak(bits, bits & ~m, std::memory_order_acquire,
                                             std::memory_order_acquire)) {
-      std::uint64_t was_dirty = c->dirty_pages.fetch_and(~m, std::memory_order_relaxed);
-      if (dirty_out != nullptr) *dirty_out = (was_dirty & m) >> first;
+      c->dirty_pages.fetch_and(~m, std::memory_order_relaxed);
       c->lazy_pages.fetch_and(~m, std::memory_order_relaxed);
       forget_age(c, m);
       return true;

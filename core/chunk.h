@@ -162,8 +162,7 @@ unsigned chunk_claim_pages(Chunk* c, unsigned n, std::uint64_t* dirty = nullptr)
 bool chunk_has_resident_run(Chunk* c, unsigned n);
 // Claims exactly pages [first, first+n) if all are free: in-place growth of a live block, by
 // any thread (the block keeps the chunk from being freed meanwhile).
-// dirty_out (optional): set as chunk_claim_pages sets it.
-bool chunk_claim_pages_at(Chunk* c, unsigned first, unsigned n, std::uint64_t* dirty_out = nullptr);
+bool chunk_claim_pages_at(Chunk* c, unsigned first, unsigned n);
 // Test hook, null in production: chunk_claim_pages calls it with the run it chose after reading
 // the bitmaps and before its compare-and-swap, so a test can run another claim at that point.
 extern std::atomic<void (*)(Chunk* c, unsigned first, unsigned n)> g_chunk_claim_test_hook;

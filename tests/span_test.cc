@@ -177,11 +177,12 @@ TEST(Span, ANewOnePageSpanTakesThePageOfASpanKeptForAClassNotRefilledLately) {
   }).join();
 }
 
-TEST(Span, AKeptSpanInAnotherHeapsChunkIsNotTakenForANewSpan) {
-  // A kept span's page is taken only from the thread's own chunks: released in another heap's
-  // chunk, the page was missed by the search that followed and the class lost its span for
-  // nothing. Here the calling thread leaves the only resident free page, in its own chunk, and a
-  // new thread's first span (of class ca) takes it there.
+TEST(Span, AKeptSpanInAnotherHeapsChunkGivesItsPageToTheNewSpan) {
+  // A stale kept span's page passes to the new span directly, wherever it is: released to its
+  // chunk and searched for again, a page in another heap's chunk was missed by the search of
+  // the thread's own chunks (and the class lost its span for nothing). Here the calling thread
+  // leaves the only resident free run, in its own chunk, and a new thread's first span (of class
+  // ca) takes it there.
   brisk_trim();
   ASSERT_NE(LeaveTwoResidentFreePages(5), nullptr);
   std::thread([] {
@@ -191,10 +192,11 @@ TEST(Span, AKeptSpanInAnotherHeapsChunkIsNotTakenForANewSpan) {
     Span* sa = t_heap->installed[ca];
     ASSERT_NE(sa, &g_empty_span);
     ASSERT_NE(chunk_of(reinterpret_cast<std::uintptr_t>(sa->start))->page_owner.load(), t_heap)
-        << "the first span was expected in the calling thread's chunk";
+        << "the first span was expected in another heap's chunk (the calling thread's)";
     std::vector<void*> bs;
     for (unsigned i = 0; i <= kClasses[cb].capacity; ++i) bs.push_back(brisk_malloc(kB));  // two spans
-    EXPECT_EQ(t_heap->installed[ca], sa) << "a kept span in another heap's chunk was taken";
+    EXPECT_EQ(t_heap->installed[ca], &g_empty_span) << "the stale kept span stayed";
+    EXPECT_EQ(span_of(bs.back()), sa) << "the new span is not on the kept span's page";
     for (void* p : bs) brisk_free(p);
   }).join();
 }

@@ -239,10 +239,11 @@ Span* span_new_small(Heap* h, unsigned c) {
 }
 
 // Resets a span's descriptor and gives its pages back to the chunk.
-void release_span_pages(Span* s) {
+namespace {
+
+// Resets an empty span's descriptor (its pages stay claimed).
+void reset_span(Span* s) {
   BRISK_ASSERT(s->kind != SpanKind::kUnused && s->used == 0 && !s->listed && !s->idle_purged);
-  Chunk* ch = chunk_of(reinterpret_cast<std::uintptr_t>(s->start));
-  unsigned first = s->first_page, count = s->page_count;
   store_shared(s->kind, SpanKind::kUnused);
   s->free = nullptr;
   store_shared(s->used, 0u);
@@ -251,6 +252,14 @@ void release_span_pages(Span* s) {
   s->span_bytes = 0;
   s->present_os_pages = 0;
   s->owner.store(nullptr, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+void release_span_pages(Span* s) {
+  Chunk* ch = chunk_of(reinterpret_cast<std::uintptr_t>(s->start));
+  unsigned first = s->first_page, count = s->page_count;
+  reset_span(s);
   chunk_release_span_pages(ch, first, count);
 }
 
@@ -379,12 +388,15 @@ bool release_retained_fitting(Heap* h, unsigned pages) {
 // the class refilled 8-12 refills before and gave it one back soon after, on almost every
 // refill (MMtest small 7x the time, small-raw 20x); MMtest strings needs it that low (peak
 // 13.9 MiB at 8, 18.3 at 64, 21.5 at 256, against 20.1 without).
-// Only a span in one of h's own chunks, and that page exactly: a page released in another
-// heap's chunk was missed by the search of h's own chunks that followed (a review's count in a
-// threaded test: 2,850 of 4,194 releases in balanced mode were there, and the shared search
-// reached 1,234 of them, so 39% of the releases took a class's span for nothing). Only a span with a
-// carved block: one the idle purge gave back in place (rebuilt by HeapSlowLock, nothing carved)
-// holds no resident page. Returns the chunk and sets *first_out, or nullptr.
+// The page passes from the kept span to the new one without going back to its chunk, so no
+// other heap can take it in between and the chunk, which the page keeps mapped, cannot go
+// away: a first version released the span and searched the heap's own chunks again, which
+// missed pages in other heaps' chunks (a review's count in a threaded test: 2,850 of 4,194
+// releases in balanced mode, 1,616 of them lost to the class for nothing); a second took only
+// spans in the heap's own chunks, and lost MMtest strings' gain (10 threads: peak 22.5 MiB
+// against 15.0). Only a span with a carved block: one the idle purge gave back in place
+// (rebuilt by HeapSlowLock, nothing carved) holds no resident page. Returns the chunk, with
+// *first_out and *dirty set as chunk_claim_pages sets them, or nullptr.
 Chunk* take_stale_kept_page(Heap* h, unsigned* first_out, std::uint64_t* dirty) {
   unsigned stalest = kNumClasses;
   std::uint32_t most = 0;
@@ -393,25 +405,19 @@ Chunk* take_stale_kept_page(Heap* h, unsigned* first_out, std::uint64_t* dirty) 
     if (s == &g_empty_span || s->used != 0 || s->page_count != 1 || s->carved_blocks == 0) continue;
     const std::uint32_t unrefilled = h->refills - h->refilled_at[c];
     if (unrefilled < h->take_kept_after || unrefilled < most) continue;
-    if (chunk_of(reinterpret_cast<std::uintptr_t>(s->start))->page_owner.load(std::memory_order_relaxed) != h) continue;
     stalest = c;
     most = unrefilled;
   }
   if (stalest == kNumClasses) return nullptr;
-  const Span* s = h->installed[stalest];
-  Chunk* ch = chunk_of(reinterpret_cast<std::uintptr_t>(s->start));
-  const unsigned first = s->first_page;
+  Span* s = h->installed[stalest];
+  BRISK_ASSERT(!s->listed && h->spare[stalest] == nullptr);
   h->kept_taken_at[stalest] = h->refills | 1;  // never 0, which means "not taken"
-  release_if_empty(h, stalest);
-  // The release may start a purge check that destroys a chunk it emptied: claim the page only
-  // if ch is still one of h's.
-  for (Chunk* c = h->chunks; c != nullptr; c = c->next) {
-    if (c != ch) continue;
-    if (!chunk_claim_pages_at(ch, first, 1, dirty)) return nullptr;
-    *first_out = first;
-    return ch;
-  }
-  return nullptr;
+  set_current(h, stalest, &g_empty_span);
+  heap_unlink_span(h, s);
+  *first_out = s->first_page;
+  if (dirty != nullptr) *dirty = 1;  // the page held the class's carved blocks
+  reset_span(s);
+  return chunk_of(reinterpret_cast<std::uintptr_t>(s->start));
 }
 
 // Gives back the span of the class kept longest ago, if still empty. False: none is kept.
