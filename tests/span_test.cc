@@ -7,6 +7,7 @@
 
 #include <sys/resource.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -188,15 +189,31 @@ TEST(Span, AKeptSpanInAnotherHeapsChunkGivesItsPageToTheNewSpan) {
   std::thread([] {
     constexpr std::size_t kA = 3000, kB = 8192;
     const unsigned ca = size_to_class(kA), cb = size_to_class(kB);
-    brisk_free(brisk_malloc(kA));
+    void* a = brisk_malloc(kA);
+    std::memset(a, 9, kA);
+    brisk_free(a);
     Span* sa = t_heap->installed[ca];
     ASSERT_NE(sa, &g_empty_span);
-    ASSERT_NE(chunk_of(reinterpret_cast<std::uintptr_t>(sa->start))->page_owner.load(), t_heap)
-        << "the first span was expected in another heap's chunk (the calling thread's)";
+    Chunk* ch = chunk_of(reinterpret_cast<std::uintptr_t>(sa->start));
+    ASSERT_NE(ch->page_owner.load(), t_heap) << "the first span was expected in another heap's chunk (the calling thread's)";
     std::vector<void*> bs;
-    for (unsigned i = 0; i <= kClasses[cb].capacity; ++i) bs.push_back(brisk_malloc(kB));  // two spans
+    for (unsigned i = 0; i < kClasses[cb].capacity; ++i) bs.push_back(brisk_malloc(kB));  // cb's first span
+    // The page must not go through the chunk: no claim of it while cb's second span is made.
+    static std::atomic<int> claims_of_page{0};
+    static std::atomic<Chunk*> watched_chunk{nullptr};
+    static std::atomic<unsigned> watched_page{0};
+    claims_of_page = 0;
+    watched_chunk = ch;
+    watched_page = sa->first_page;
+    g_chunk_claim_test_hook.store([](Chunk* c, unsigned first, unsigned n) {
+      if (c == watched_chunk.load() && first <= watched_page.load() && watched_page.load() < first + n) ++claims_of_page;
+    });
+    bs.push_back(brisk_malloc(kB));  // cb's second span
+    g_chunk_claim_test_hook.store(nullptr);
     EXPECT_EQ(t_heap->installed[ca], &g_empty_span) << "the stale kept span stayed";
     EXPECT_EQ(span_of(bs.back()), sa) << "the new span is not on the kept span's page";
+    EXPECT_EQ(claims_of_page.load(), 0) << "the page went back to its chunk and was claimed again";
+    EXPECT_EQ(static_cast<unsigned char*>(bs.back())[100], 9) << "the page was not the resident one";
     for (void* p : bs) brisk_free(p);
   }).join();
 }

@@ -238,7 +238,6 @@ Span* span_new_small(Heap* h, unsigned c) {
   return s;
 }
 
-// Resets a span's descriptor and gives its pages back to the chunk.
 namespace {
 
 // Resets an empty span's descriptor (its pages stay claimed).
@@ -256,6 +255,7 @@ void reset_span(Span* s) {
 
 }  // namespace
 
+// Resets a span's descriptor and gives its pages back to the chunk.
 void release_span_pages(Span* s) {
   Chunk* ch = chunk_of(reinterpret_cast<std::uintptr_t>(s->start));
   unsigned first = s->first_page, count = s->page_count;
