@@ -9,13 +9,13 @@
 // Each class has a span of 1 or 2 pages of 64 KiB: the fewest that hold at least 8 blocks, and
 // one page for classes above 16 KiB, which holds 1-3 of their blocks. A thread keeps a span
 // per class it uses, and a span of those classes often holds one live block: at 4 blocks (2-4
-// pages) they claimed 128-256 KiB for it, and one page instead (with a new span taking the page
-// of one kept for a class the thread left, span_pages.cc) lowered the peaks of strings 19.4 ->
+// pages) they claimed 128-256 KiB for it. One page instead (with a new span taking the page of
+// one kept for a class the thread left, span_pages.cc) lowered the peaks of strings 19.4 ->
 // 15.0 MiB, mstress 22.1 -> 20.0, realloc 100.3 -> 94.5, larson 47.7 -> 45.1 and xmalloc 15.5
-// -> 13.3, at 0.84-0.96 of the time there and level elsewhere (both suites, 7 pairs, AMD VM,
-// 2026-12-04). One page for the 8-16 KiB classes too lowered churn's and realloc's peaks 3-5%
-// more, but it would leave no class with a multi-page span for BRISK_RETAINED_* to keep. (Before, 8 rather than 4 blocks above 16 KiB: halving them lowered the peaks of
-// realloc 0.88x, prodcons 0.93x, larson-classic 0.92x and mstress 0.89x.)
+// -> 13.3, at 0.84-0.98 of the time there and level elsewhere (both suites, 7 pairs, AMD VM,
+// 2026-12-04). The 8-16 KiB classes keep 2-page spans: one page for them too lowered churn's
+// and realloc's peaks 3-5% more, but would leave no class with a multi-page span for
+// BRISK_RETAINED_* to keep.
 #pragma once
 
 #include <array>

@@ -388,13 +388,12 @@ bool release_retained_fitting(Heap* h, unsigned pages) {
 // the class refilled 8-12 refills before and gave it one back soon after, on almost every
 // refill (MMtest small 7x the time, small-raw 20x); MMtest strings needs it that low (peak
 // 13.9 MiB at 8, 18.3 at 64, 21.5 at 256, against 20.1 without).
-// The page passes from the kept span to the new one without going back to its chunk, so no
-// other heap can take it in between and the chunk, which the page keeps mapped, cannot go
-// away: a first version released the span and searched the heap's own chunks again, which
-// missed pages in other heaps' chunks (a review's count in a threaded test: 2,850 of 4,194
-// releases in balanced mode, 1,616 of them lost to the class for nothing); a second took only
-// spans in the heap's own chunks, and lost MMtest strings' gain (10 threads: peak 22.5 MiB
-// against 15.0). Only a span with a carved block: one the idle purge gave back in place
+// The page passes from the kept span to the new one without going back to its chunk, wherever
+// the chunk is: no other heap can take it in between, and the chunk, which the page keeps
+// mapped, cannot go away. (Released and searched for again, a page in another heap's chunk was
+// missed by the search of the heap's own chunks: 39% of such takes in a threaded test lost the
+// class its span for nothing; taking only spans in the heap's own chunks lost MMtest strings'
+// gain on 10 threads.) Only a span with a carved block: one the idle purge gave back in place
 // (rebuilt by HeapSlowLock, nothing carved) holds no resident page. Returns the chunk, with
 // *first_out and *dirty set as chunk_claim_pages sets them, or nullptr.
 Chunk* take_stale_kept_page(Heap* h, unsigned* first_out, std::uint64_t* dirty) {
