@@ -408,12 +408,12 @@ void decay_if_due() {
 // The rest of a block's region (large_alloc): decommitted when at least a quarter of it is
 // resident (a mincore, which sends no TLB shootdown), else put back as it is, dirty as it was
 // counted (its pages may be swapped out rather than absent: only a decommit makes an entry
-// clean, which calloc trusts to read as zeros); the decay takes those pages later. A madvise that drops resident pages
-// shoots down the other CPUs' TLB entries, and on a VM where that is dear (the AMD EPYC VM,
-// 2026-12-04) giving back every rest made brisk-stress prodcons, whose 1-2 MiB blocks are
-// written in a few pages, take 1.14x the time of not doing it (9 pairs), for 8.6 MiB of its
-// peak; alloc-test's rests, carved from a freed 12 MiB array written whole, are resident whole
-// and still go back.
+// clean, which calloc trusts to read as zeros); the decay takes those pages later. A madvise
+// that drops resident pages shoots down the other CPUs' TLB entries, and on a VM where that is
+// dear (the AMD EPYC VM, 2026-12-04) giving back every rest made brisk-stress prodcons, whose
+// 1-2 MiB blocks are written in a few pages, take 1.14x the time of not doing it (9 pairs),
+// for 8.6 MiB of its peak; alloc-test's rests, carved from a freed 12 MiB array written whole,
+// are resident whole and still go back.
 void return_rest_of_region(CacheEntry rest) {
   const std::size_t resident = platform::resident_bytes(rest.base + kOsPageSize, rest.size - kOsPageSize);
   if (resident * 4 >= rest.size) return decommit_and_return(rest);
