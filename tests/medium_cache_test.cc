@@ -45,6 +45,20 @@ std::uint64_t CacheBytesOfThisThread() {
   return h->medium_cache_bytes;
 }
 
+// Its debug heap's, which the thread must have.
+std::uint64_t CacheBytesOfThisThreadsDebugHeap() {
+  brisk::Heap* d = brisk::t_heap->debug;
+  if (d == nullptr) return 0;
+  brisk::HeapSlowLock lock(d);
+  return d->medium_cache_bytes;
+}
+
+// Debug blocks of kBlock bytes that, freed one after another by one thread, overflow the whole
+// quarantine (the thread's shard holds a part of it): the first ones leave it.
+std::size_t DebugBlocksPastTheQuarantine() {
+  return static_cast<std::size_t>(brisk::options::get(brisk::options::Id::kDebugQuarantine)) / kBlock + 4;
+}
+
 // The next medium block of the same pages takes the freed one's run: the same address, the old
 // contents gone only where calloc says so, and the statistics count the run as the thread's cache.
 TEST(MediumCache, AFreedMediumRunServesTheThreadsNextMediumBlock) {
@@ -205,6 +219,47 @@ TEST(MediumCache, ARunOfMoreThanHalfTheBudgetIsNotKept) {
   }).join();
 }
 
+// A miss gives back the oldest cached run and every run smaller than its request, which a thread
+// whose blocks grow would never take again; a run too big for the request stays.
+TEST(MediumCache, AMissGivesBackEveryCachedRunSmallerThanItsRequest) {
+  if (!CacheOn()) GTEST_SKIP() << "BRISK_MEDIUM_CACHE_BYTES=0: no medium cache";
+  const auto budget = static_cast<std::size_t>(brisk::options::get(brisk::options::Id::kMediumCacheBytes));
+  if (budget < 16 * kPage) GTEST_SKIP() << "the budget keeps fewer than the test's runs";
+  std::thread([] {
+    // Runs of 2, 3 and 7 pages, cached oldest first. A request of 4 pages takes a run of 4 to
+    // 6 pages: none fits.
+    void* two = brisk_malloc(2 * kPage - 1000);
+    void* three = brisk_malloc(3 * kPage - 1000);
+    void* seven = brisk_malloc(7 * kPage - 1000);
+    ASSERT_TRUE(two != nullptr && three != nullptr && seven != nullptr);
+    brisk_free(two);
+    brisk_free(three);
+    brisk_free(seven);
+    ASSERT_EQ(CacheBytesOfThisThread(), 12 * kPage);
+    void* four = brisk_malloc(4 * kPage - 1000);
+    ASSERT_NE(four, nullptr);
+    EXPECT_EQ(CacheBytesOfThisThread(), 7 * kPage) << "the runs of 2 and 3 pages were expected back, the 7 kept";
+    brisk_free(four);
+    brisk_thread_collect();
+  }).join();
+}
+
+// A debug block's run comes back to its thread's debug heap when the block leaves the
+// quarantine, and stays there for the thread's next medium debug block.
+TEST(MediumCache, ADebugHeapKeepsTheRunsOfBlocksLeavingTheQuarantine) {
+  if (!CacheOn()) GTEST_SKIP() << "BRISK_MEDIUM_CACHE_BYTES=0: no medium cache";
+  if (DebugBlocksPastTheQuarantine() > 200) GTEST_SKIP() << "the quarantine holds too many blocks for the test";
+  std::thread([] {
+    brisk_debug_enter();
+    std::vector<void*> blocks(DebugBlocksPastTheQuarantine());
+    for (void*& p : blocks) p = brisk_malloc(kBlock);
+    for (void* p : blocks) brisk_free(p);
+    EXPECT_GT(CacheBytesOfThisThreadsDebugHeap(), 0u) << "no run of a block that left the quarantine was kept";
+    brisk_debug_exit();
+    brisk_thread_collect();
+  }).join();
+}
+
 // A second free of a block whose run waits in the cache is named as a double free.
 TEST(MediumCacheDeathTest, ASecondFreeOfACachedBlockIsADoubleFree) {
   if (!CacheOn()) GTEST_SKIP() << "BRISK_MEDIUM_CACHE_BYTES=0: no medium cache";
@@ -225,24 +280,28 @@ TEST(MediumCacheDeathTest, ASecondFreeOfACachedBlockIsADoubleFree) {
       "double free of 0x");
 }
 
-// A worker that frees medium blocks and then blocks, as a pool thread waiting for work does.
+// A worker that frees medium blocks and then blocks, as a pool thread waiting for work does. In
+// debug mode (debug) its blocks are debug blocks, more of them than the quarantine holds, so that
+// the runs of those that left it wait in its debug heap's cache.
 class IdleWorkerWithCachedRuns {
  public:
   static constexpr int kBlocks = 4;
-  IdleWorkerWithCachedRuns() {
-    worker_ = std::thread([this] {
-      void* p[kBlocks];
+  explicit IdleWorkerWithCachedRuns(bool debug = false) {
+    worker_ = std::thread([this, debug] {
+      if (debug) brisk_debug_enter();
+      std::vector<void*> p(debug ? DebugBlocksPastTheQuarantine() : kBlocks);
       for (void*& b : p) {
         b = brisk_malloc(kBlock);
         Fill(b, kBlock, 3);
       }
       for (void* b : p) brisk_free(b);
       std::unique_lock<std::mutex> lock(m_);
-      cached_ = CacheBytesOfThisThread();
+      cached_ = debug ? CacheBytesOfThisThreadsDebugHeap() : CacheBytesOfThisThread();
       ready_ = true;
       cv_.notify_all();
       cv_.wait(lock, [this] { return done_; });
-      left_ = CacheBytesOfThisThread();
+      left_ = debug ? CacheBytesOfThisThreadsDebugHeap() : CacheBytesOfThisThread();
+      if (debug) brisk_debug_exit();
     });
     std::unique_lock<std::mutex> lock(m_);
     cv_.wait(lock, [this] { return ready_; });
@@ -273,9 +332,10 @@ class IdleWorkerWithCachedRuns {
 // Runs reclaim() beside a worker that cached runs and blocked: the worker's cache must be empty
 // after it, and the process's thread cache bytes lower by at least what the worker cached.
 template <class Reclaim>
-void ExpectTheIdleWorkersRunsTaken(Reclaim reclaim) {
-  IdleWorkerWithCachedRuns idle;
-  ASSERT_EQ(idle.cached(), IdleWorkerWithCachedRuns::kBlocks * 2 * kPage);
+void ExpectTheIdleWorkersRunsTaken(Reclaim reclaim, bool debug = false) {
+  IdleWorkerWithCachedRuns idle(debug);
+  if (debug) ASSERT_GT(idle.cached(), 0u);
+  else ASSERT_EQ(idle.cached(), IdleWorkerWithCachedRuns::kBlocks * 2 * kPage);
   const brisk_stats before = Stats();
   reclaim();
   const brisk_stats after = Stats();
@@ -289,15 +349,26 @@ TEST(MediumCache, BriskTrimTakesTheRunsOtherThreadsCached) {
   ExpectTheIdleWorkersRunsTaken([] { brisk_trim(); });
 }
 
+void TwoBackgroundPasses() {
+  // The first pass sees the worker's heap; 1 s later (BRISK_IDLE_MS=10) it is idle.
+  std::uint64_t now = brisk::platform::now_ms();
+  brisk::background_pass(now);
+  brisk::background_pass(now + 1000);
+}
+
 TEST(MediumCache, TheBackgroundPassTakesTheRunsOfAnIdleThread) {
   if (!CacheOn()) GTEST_SKIP() << "BRISK_MEDIUM_CACHE_BYTES=0: no medium cache";
   ASSERT_STREQ(getenv("BRISK_BACKGROUND"), "0") << "run through ctest (medium_cache_test)";
-  ExpectTheIdleWorkersRunsTaken([] {
-    // The first pass sees the worker's heap; 1 s later (BRISK_IDLE_MS=10) it is idle.
-    std::uint64_t now = brisk::platform::now_ms();
-    brisk::background_pass(now);
-    brisk::background_pass(now + 1000);
-  });
+  ExpectTheIdleWorkersRunsTaken(TwoBackgroundPasses);
+}
+
+// The same for the runs in an idle thread's debug heap: its thread heap's slow paths say nothing
+// about it (debug mode makes blocks from the debug heap only).
+TEST(MediumCache, TheBackgroundPassTakesTheRunsOfAnIdleThreadsDebugHeap) {
+  if (!CacheOn()) GTEST_SKIP() << "BRISK_MEDIUM_CACHE_BYTES=0: no medium cache";
+  ASSERT_STREQ(getenv("BRISK_BACKGROUND"), "0") << "run through ctest (medium_cache_test)";
+  if (DebugBlocksPastTheQuarantine() > 200) GTEST_SKIP() << "the quarantine holds too many blocks for the test";
+  ExpectTheIdleWorkersRunsTaken(TwoBackgroundPasses, true);
 }
 
 // brisk_thread_collect gives the thread's cached runs back, and a switch to a strategy with a

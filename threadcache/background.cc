@@ -319,14 +319,24 @@ std::uint64_t background_pass(std::uint64_t now) {
   // its chunks decay here. Busy heaps are left to their own purges: taking their queues and
   // purging their free pages behind their backs cost 20% on the producer/consumer and Larson
   // workloads in refaults and lock waits, for no memory a busy thread would not reuse.
-  for (Heap* h = all_heaps(); h != nullptr; h = h->all_next) {
+  //
+  // A thread's debug heap is watched on its own: a thread in debug mode runs its slow paths on
+  // its debug heap while its thread heap looks idle, and a thread that left debug mode leaves
+  // its debug heap idle while it runs. An idle debug heap gives back the frees queued to it (the
+  // blocks other threads evicted from the quarantine) and its medium cache and spares.
+  auto note_idle = [&](Heap* h) {
     std::uint32_t entries = h->slow_entries.load(std::memory_order_relaxed);
     if (entries != h->idle_seen_entries || h->idle_active_ms == 0) {
       h->idle_seen_entries = entries;
       h->idle_active_ms = now;
     }
     h->idle = now - h->idle_active_ms >= idle;
-    if (h->idle) bytes += reclaim_locked(h, true) + heap_give_back_kept_tried(h);
+    return h->idle;
+  };
+  for (Heap* h = all_heaps(); h != nullptr; h = h->all_next) {
+    if (note_idle(h)) bytes += reclaim_locked(h, true) + heap_give_back_kept_tried(h);
+    Heap* d = std::atomic_ref<Heap*>(h->debug).load(std::memory_order_acquire);
+    if (d != nullptr && note_idle(d)) bytes += reclaim_locked(d, false) + heap_give_back_kept_tried(d);
   }
   chunk_destroy_empty_abandoned();
   bool pending = true;

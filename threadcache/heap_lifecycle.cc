@@ -161,14 +161,16 @@ void heap_detach(Heap* h) {
 
 // A thread heap's debug heap is not detached with it (debug_switch.h): it goes to the pool with
 // the heap, still owning its spans. It takes what other threads sent it and gives back the
-// spans that emptied, so a debug heap parked in the pool holds no freed block it could return
-// (the blocks in its quarantine batch, debug/debug_heap.h, wait for the heap's next thread).
+// spans that emptied and its cached medium runs, so a debug heap parked in the pool holds no
+// freed block it could return (the blocks in its quarantine batch, debug/debug_heap.h, wait for
+// the heap's next thread).
 void park_debug_heap(Heap* h) {
   Heap* d = h->debug;
   if (d == nullptr) return;
   HeapSlowLock lock(d);  // brisk_trim may reclaim its queue meanwhile (reclaim_queued_frees)
   heap_drain_incoming(d);
   heap_release_empty_spans(d);
+  medium_cache_flush(d);
 }
 
 void on_thread_exit(void* value) {
