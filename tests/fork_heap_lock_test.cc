@@ -32,12 +32,44 @@ int g_pipe[2];
 std::atomic<bool> g_parked{false};
 std::atomic<bool> g_in_round{false};  // R is freeing; the main thread runs no slow path
 
-void on_usr1(int) {
-  if (!g_in_round.load() || !g_owner->slow_lock.is_locked()) return;
-  if (g_parked.exchange(true)) return;  // park once (a later pending signal passes)
+// The handlers' parking: once (a later pending signal passes), until the waker writes.
+void park_once() {
+  if (g_parked.exchange(true)) return;
   char c;
   while (read(g_pipe[0], &c, 1) != 1) {
   }
+}
+
+void on_usr1(int) {
+  if (g_in_round.load() && g_owner->slow_lock.is_locked()) park_once();
+}
+
+// R is released 1 s from now: with the bug, the fork is long done by then; with a prepare
+// handler that waits for the lock R holds, the fork waits for R's unlock. The child allocates a
+// block of `size` bytes under alarm(5). Returns the child's wait status.
+int ForkWhileRIsParked(std::size_t size) {
+  std::thread waker([] {
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    (void)!write(g_pipe[1], "x", 1);
+  });
+  pid_t pid = fork();
+  if (pid == 0) {
+    alarm(5);
+    void* p = brisk_malloc(size);
+    _exit(p != nullptr ? 0 : 1);
+  }
+  int status = -1;
+  if (pid > 0 && waitpid(pid, &status, 0) != pid) status = -1;
+  waker.join();
+  return status;
+}
+
+void ExpectTheChildAllocated(int status, const char* lock) {
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "fork child "
+      << (WIFSIGNALED(status) ? (WTERMSIG(status) == SIGALRM ? "hung (SIGALRM): " : "killed by a signal: ")
+                              : "exited non-zero: ")
+      << lock << " was held";
 }
 
 TEST(ForkHeapLock, ForkWhileARemoteMediumFreeHoldsTheForkersSlowLock) {
@@ -82,29 +114,71 @@ TEST(ForkHeapLock, ForkWhileARemoteMediumFreeHoldsTheForkersSlowLock) {
   ASSERT_TRUE(g_parked.load()) << "never caught R inside free_remote_medium";
   ASSERT_TRUE(g_owner->slow_lock.is_locked());
 
-  // R is released 1 s from now: with the bug, the fork is long done by then; with a prepare
-  // handler that waits for the forking thread's slow lock, the fork waits for R's unlock.
-  std::thread waker([] {
-    std::this_thread::sleep_for(std::chrono::seconds(1));
-    (void)!write(g_pipe[1], "x", 1);
-  });
-  pid_t pid = fork();
-  if (pid == 0) {
-    alarm(5);
-    void* p = brisk_malloc(256 << 10);  // alloc_medium: HeapSlowLock(A)
-    _exit(p != nullptr ? 0 : 1);
-  }
-  ASSERT_GT(pid, 0);
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  waker.join();
+  const int status = ForkWhileRIsParked(256 << 10);  // alloc_medium: HeapSlowLock(A)
   stop.store(true);
   r.join();
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-      << "fork child "
-      << (WIFSIGNALED(status) ? (WTERMSIG(status) == SIGALRM ? "hung (SIGALRM): its heap's slow lock was held"
-                                                               : "killed by a signal")
-                              : "exited non-zero");
+  ExpectTheChildAllocated(status, "its heap's slow lock");
+}
+
+// The same for the forking thread's debug heap, whose slow lock brisk_trim takes with try_lock
+// (heap_give_back_kept_tried gives its cached medium runs back): thread R trims in rounds while
+// the main thread, in debug mode with BRISK_DEBUG_QUARANTINE=0, refills its debug heap's medium
+// cache between rounds and runs no slow path during them. R's handler parks only when it
+// interrupted R while that lock is held. The child allocates a medium debug block
+// (HeapSlowLock of the debug heap) under alarm(5).
+brisk::Heap* g_debug_owner = nullptr;
+
+void on_usr1_debug(int) {
+  if (g_in_round.load() && g_debug_owner->slow_lock.is_locked()) park_once();
+}
+
+TEST(ForkHeapLock, ForkWhileATrimHoldsTheForkersDebugHeapSlowLock) {
+#ifdef BRISK_TEST_SANITIZED
+  GTEST_SKIP() << "ThreadSanitizer defers asynchronous signals, so the handler cannot catch R in the window";
+#endif
+  ASSERT_STREQ(getenv("BRISK_BACKGROUND"), "0");
+  ASSERT_STREQ(getenv("BRISK_DEBUG_QUARANTINE"), "0");
+  g_parked.store(false);
+  g_in_round.store(false);
+  ASSERT_EQ(pipe(g_pipe), 0);
+  struct sigaction sa {};
+  sa.sa_handler = on_usr1_debug;
+  sigemptyset(&sa.sa_mask);
+  ASSERT_EQ(sigaction(SIGUSR1, &sa, nullptr), 0);
+  brisk_debug_enter();
+  constexpr std::size_t kSize = brisk::kSmallMax + 16;  // a 2-page medium block (with its header)
+  brisk_free(brisk_malloc(kSize));
+  g_debug_owner = brisk::t_heap->debug;
+  ASSERT_NE(g_debug_owner, nullptr);
+
+  std::atomic<int> round{0}, done{0};
+  std::atomic<bool> stop{false};
+  std::thread r([&] {
+    for (int seen = 0;;) {
+      while (round.load() == seen && !stop.load()) std::this_thread::yield();
+      if (stop.load()) return;
+      seen = round.load();
+      g_in_round.store(true);
+      brisk_trim();
+      g_in_round.store(false);
+      done.store(seen);
+    }
+  });
+  for (int n = 1; n <= 2000 && !g_parked.load(); ++n) {
+    void* blocks[8];
+    for (void*& b : blocks) b = brisk_malloc(kSize);
+    for (void* b : blocks) brisk_free(b);  // straight to the debug heap's medium cache
+    round.store(n);
+    while (done.load() != n && !g_parked.load()) pthread_kill(r.native_handle(), SIGUSR1);
+  }
+  ASSERT_TRUE(g_parked.load()) << "never caught R holding the debug heap's slow lock";
+  ASSERT_TRUE(g_debug_owner->slow_lock.is_locked());
+
+  const int status = ForkWhileRIsParked(kSize);  // a debug block: alloc_medium, HeapSlowLock(debug heap)
+  stop.store(true);
+  r.join();
+  brisk_debug_exit();
+  ExpectTheChildAllocated(status, "its debug heap's slow lock");
 }
 
 }  // namespace

@@ -210,6 +210,7 @@ struct ForkState {
   bool locked;        // prepare took brisk's locks
   bool stdio_locked;  // ... and before them the stdio list lock
   Heap* own;          // the forking thread's heap, whose slow lock prepare took
+  Heap* own_debug;    // ... and its debug heap, if it has one, whose slow lock prepare took too
   sigset_t saved_mask;
 };
 __thread ForkState t_fork __attribute__((tls_model("initial-exec")));
@@ -234,6 +235,10 @@ void atfork_prepare() {
   // prepare's but leaf chunk locks, taken after it here.
   f.own = heap_is_attached(t_heap) ? t_heap : nullptr;
   if (f.own != nullptr) f.own->slow_lock.lock();
+  // Its debug heap's too: brisk_trim and the background pass take it with try_lock (an idle
+  // debug heap's queue and medium runs), and the child's first debug slow path waits for it.
+  f.own_debug = f.own != nullptr ? f.own->debug : nullptr;
+  if (f.own_debug != nullptr) f.own_debug->slow_lock.lock();
   central_locks_acquire();
   chunk_locks_acquire();
   large_locks_acquire();
@@ -244,6 +249,7 @@ void atfork_parent() {
     large_locks_release();
     chunk_locks_release();
     central_locks_release();
+    if (f.own_debug != nullptr) f.own_debug->slow_lock.unlock();
     if (f.own != nullptr) f.own->slow_lock.unlock();
     background_locks_release();
     g_pool_lock.unlock();
@@ -259,10 +265,15 @@ void atfork_child() {
     large_locks_reset_in_child();
     chunk_locks_reset_in_child();
     central_locks_reset_in_child();
+    if (f.own_debug != nullptr) f.own_debug->slow_lock.unlock();
     if (f.own != nullptr) f.own->slow_lock.unlock();
     // A pooled heap's slow lock is held only by a try_lock that reads `serving`
-    // (free_remote_medium, heap_give_back_kept_tried), whose thread is gone.
-    for (Heap* p = g_pool_head; p != nullptr; p = p->pool_next) p->slow_lock.reset_after_fork();
+    // (free_remote_medium, heap_give_back_kept_tried), whose thread is gone; its debug heap's,
+    // only by brisk_trim's and the background pass's try_lock.
+    for (Heap* p = g_pool_head; p != nullptr; p = p->pool_next) {
+      p->slow_lock.reset_after_fork();
+      if (p->debug != nullptr) p->debug->slow_lock.reset_after_fork();
+    }
     background_locks_reset_in_child();
     g_pool_lock.reset_after_fork();
     if (g_debug_hooks.fork_child != nullptr) g_debug_hooks.fork_child();
