@@ -140,6 +140,10 @@ BRISK_NOINLINE void free_slow(void* p) {
   auto* b = static_cast<Block*>(p);
   FreeCode code = free_code(a);
   Heap* owner = s->owner.load(std::memory_order_acquire);
+  // No owner: the span was given back (it holds no live block) after checked_block saw it in
+  // use, so this is a double or invalid free racing with its release. Reported as
+  // process_owned_block reports one found later; sent on, it reached outgoing_add(nullptr).
+  if (BRISK_UNLIKELY(owner == nullptr)) fatal_pointer_error("invalid free of", p, "its span is not in use");
   Heap* h = t_heap;
   if (owner == h) {
     // The fast path refused it: it is free already, or lies beyond the carved blocks.
