@@ -179,8 +179,11 @@ void heap_refresh_levers_slow(Heap* h) {
   h->foreign_always = options::get_for(options::Id::kForeignCacheAlways, options::strategy()) != 0;
 }
 
+std::atomic<void (*)(Heap* h)> g_give_back_test_hook{nullptr};
+
 std::size_t heap_give_back_kept_tried(Heap* h) {
   if (!h->slow_lock.try_lock()) return 0;
+  if (auto hook = g_give_back_test_hook.load(std::memory_order_relaxed); BRISK_UNLIKELY(hook != nullptr)) hook(h);
   std::size_t bytes = 0;
   // A heap that stopped serving gave everything back when it detached; a debug heap never stops
   // (debug_switch.h).

@@ -326,6 +326,9 @@ void* alloc_with_borrowed_heap(Alloc alloc) {
 // gives back its medium cache and its classes' spares, which its owner touches only under that
 // lock (unlike its current spans, which its fast paths use without it). Returns the bytes.
 std::size_t heap_give_back_kept_tried(Heap* h);
+// Test hook, null in production: heap_give_back_kept_tried calls it with h once it holds h's
+// slow lock, so a test can hold that lock there (tests/fork_heap_lock_test.cc).
+extern std::atomic<void (*)(Heap* h)> g_give_back_test_hook;
 std::size_t heap_collect(Heap* h);     // brisk_thread_collect's part for one heap (the large cache is
                                        // flushed once by the caller); returns bytes given back to the OS
 LockCounts heap_pool_lock_counts();    // the pool of exited threads' heaps (brisk_get_lock_stats)
