@@ -32,7 +32,8 @@ int g_pipe[2];
 std::atomic<bool> g_parked{false};
 std::atomic<bool> g_in_round{false};  // R is freeing; the main thread runs no slow path
 
-// The handlers' parking: once (a later pending signal passes), until the waker writes.
+// Parks the calling thread (R, from the signal handler or the test hook) once, until the waker
+// writes; a later call passes.
 void park_once() {
   if (g_parked.exchange(true)) return;
   char c;

@@ -254,7 +254,11 @@ TEST(MediumCache, ADebugHeapKeepsTheRunsOfBlocksLeavingTheQuarantine) {
     std::vector<void*> blocks(DebugBlocksPastTheQuarantine());
     for (void*& p : blocks) p = brisk_malloc(kBlock);
     for (void* p : blocks) brisk_free(p);
-    EXPECT_GT(CacheBytesOfThisThreadsDebugHeap(), 0u) << "no run of a block that left the quarantine was kept";
+    const std::uint64_t cached = CacheBytesOfThisThreadsDebugHeap();
+    EXPECT_GT(cached, 0u) << "no run of a block that left the quarantine was kept";
+    void* next = brisk_malloc(kBlock);
+    EXPECT_LT(CacheBytesOfThisThreadsDebugHeap(), cached) << "the next debug block did not take a cached run";
+    brisk_free(next);
     brisk_debug_exit();
     brisk_thread_collect();
   }).join();
