@@ -3,6 +3,7 @@
 #include "tests/test_util.h"
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -93,6 +94,35 @@ TEST(CentralPool, FreesRacingWithOwnerExitAreNeitherLostNorDoubled) {
   }
   brisk_thread_collect();
   EXPECT_EQ(brisk_test::Stats().spans_orphaned, 0u);
+}
+
+// A block freed towards an owner that exits before the batch is sent reaches the orphan queue;
+// if the freeing thread adopted the span meanwhile, the block goes on to the freeing thread's
+// own queue, and brisk_thread_collect must take it from there too: otherwise it stays counted
+// in the span, which then cannot go back.
+TEST(CentralPool, CollectTakesABlockTheOrphanQueueForwardsToThisThread) {
+  constexpr std::size_t kSize = 1200;  // a class no other test here uses
+  void* first = nullptr;
+  void* second = nullptr;
+  std::atomic<int> step{0};
+  std::thread owner([&] {
+    first = brisk_malloc(kSize);
+    second = brisk_malloc(kSize);
+    step.store(1);
+    while (step.load() != 2) std::this_thread::yield();
+  });
+  while (step.load() != 1) std::this_thread::yield();
+  Span* s = span_of(first);
+  ASSERT_EQ(span_of(second), s);
+  brisk_free(first);  // remote: into this thread's outgoing batch for the owner, not yet sent
+  step.store(2);
+  owner.join();       // the owner exits: its queue closes, s is an orphan
+  ASSERT_EQ(s->owner.load(), &g_orphan_heap);
+  brisk_free(second);  // this thread adopts s; `first` is still in its batch, counted in s
+  ASSERT_EQ(s->owner.load(), t_heap);
+  brisk_thread_collect();  // sends the batch (to the orphan queue, then on to this thread)
+  EXPECT_TRUE(t_heap->incoming.empty()) << "a forwarded block was left in this thread's queue";
+  EXPECT_NE(s->owner.load(), t_heap) << "the span, empty now, was expected back in its chunk";
 }
 
 }  // namespace
