@@ -30,6 +30,7 @@
 #include "threadcache/debug_switch.h"
 #include "threadcache/heap.h"
 #include "threadcache/medium.h"
+#include "threadcache/remote_free.h"
 
 namespace brisk::debug {
 __thread Kind t_alloc_kind __attribute__((tls_model("initial-exec"))) = Kind::kMalloc;
@@ -277,7 +278,7 @@ void header_damaged(const Header* h) {
 }
 
 // Gives the block's memory back to its heap (or the OS). The block is in no list.
-void free_underlying(Header* h) {
+BRISK_ALWAYS_INLINE void free_underlying(Header* h) {
   char* u = h->underlying;
   store_check(h, 0);
   auto a = reinterpret_cast<std::uintptr_t>(u);
@@ -292,7 +293,7 @@ void free_underlying(Header* h) {
 // A block out of the quarantine: its freed pattern, and its header, guard and canary (a write
 // after free may land there too), are checked before its memory is reused. No thread writes a
 // quarantined block's header meanwhile (a double free or a check only reads it).
-void leave_quarantine(Header* h) {
+BRISK_ALWAYS_INLINE void leave_quarantine(Header* h) {
   FillDamage damage;
   const char* problem = damage_of(h, &damage);
   if (problem == nullptr) {
@@ -319,7 +320,7 @@ void leave_quarantine(Header* h) {
 // heap's whole batch and one more block (release): push takes out up to one block per block.
 constexpr std::size_t kEvictBatch = 32;
 static_assert(kEvictBatch >= DebugHeap::kFreedBatch + 1);
-void drain_evicted(QuarantinedBlock* out, std::size_t n) {
+BRISK_ALWAYS_INLINE void drain_evicted(QuarantinedBlock* out, std::size_t n) {
   for (;;) {
     for (std::size_t i = 0; i < n; ++i) leave_quarantine(static_cast<Header*>(out[i].block));
     if (n < kEvictBatch) return;
@@ -700,6 +701,80 @@ SpinLock g_check_lock;
 Snapshot g_check_batch[kBatch];
 }  // namespace
 
+namespace {
+
+// Takes up to `limit` blocks out of the quarantine with take(out, cap), at most kEvictBatch a
+// call, until a call comes back short: each is checked and freed as a block pushed out is
+// (leave_quarantine). Returns how many.
+template <class Take>
+std::size_t leave_each(Take take, std::size_t limit = ~std::size_t{0}) {
+  QuarantinedBlock out[kEvictBatch];
+  std::size_t total = 0;
+  while (total < limit) {
+    const std::size_t want = limit - total < kEvictBatch ? limit - total : kEvictBatch;
+    const std::size_t n = take(out, want);
+    for (std::size_t i = 0; i < n; ++i) leave_quarantine(static_cast<Header*>(out[i].block));
+    total += n;
+    if (n < want) break;
+  }
+  return total;
+}
+
+// d's batch of freed blocks on their way to the quarantine (DebugHeap::freed), taken out.
+std::size_t take_freed_batch(DebugHeap* d, QuarantinedBlock* out) {
+  static_assert(DebugHeap::kFreedBatch < kEvictBatch);  // one call takes it all
+  LiveLock g(d);
+  const unsigned n = d->freed_count;
+  for (unsigned i = 0; i < n; ++i) out[i] = d->freed[i];
+  d->freed_count = 0;
+  return n;
+}
+
+// Sends what the calling thread's remote frees put in its outgoing batches (the underlying
+// blocks of other debug heaps, freed above), so that their heaps' queues hold them for the
+// reclaims that follow. A thread without a heap sent each one to its queue already.
+void send_outgoing() {
+  Heap* h = t_heap;
+  if (!heap_is_attached(h)) return;
+  HeapSlowLock lock(h);
+  heap_flush_outgoing(h);
+}
+
+}  // namespace
+
+std::atomic<void (*)()> g_idle_quarantine_test_hook{nullptr};
+
+std::size_t flush_quarantine() {
+  if (g_init_state.load(std::memory_order_acquire) != 2) return 0;
+  std::size_t n = 0;
+  for (DebugHeap* d = first_debug_heap(); d != nullptr; d = d->registry_next)
+    n += leave_each([d](QuarantinedBlock* out, std::size_t) { return take_freed_batch(d, out); }, kEvictBatch);
+  // What each shard holds now, not what threads that go on freeing push meanwhile: the trim ends.
+  for (unsigned i = 0; i < Quarantine::kShards; ++i)
+    n += leave_each([i](QuarantinedBlock* out, std::size_t cap) { return g_quarantine.drain_shard(i, out, cap); },
+                    g_quarantine.shard_count(i));
+  send_outgoing();
+  return n;
+}
+
+std::size_t leave_idle_quarantine(std::uint64_t now_ms, std::uint64_t idle_ms) {
+  if (g_init_state.load(std::memory_order_acquire) != 2) return 0;
+  // The batch of a debug heap whose owner is idle (the background pass's flag) may wait for a
+  // free of one more of its blocks for ever: it joins the quarantine through this thread's
+  // shard, and waits there like any block freed now.
+  for (DebugHeap* d = first_debug_heap(); d != nullptr; d = d->registry_next) {
+    if (!load_shared(d->idle)) continue;
+    QuarantinedBlock batch[kEvictBatch];
+    if (const std::size_t n = take_freed_batch(d, batch)) push_to_quarantine(batch, n);
+  }
+  if (auto hook = g_idle_quarantine_test_hook.load(std::memory_order_relaxed); BRISK_UNLIKELY(hook != nullptr)) hook();
+  const std::size_t n = leave_each([now_ms, idle_ms](QuarantinedBlock* out, std::size_t cap) {
+    return g_quarantine.take_idle(out, cap, now_ms, idle_ms);
+  });
+  send_outgoing();
+  return n;
+}
+
 int check_heap() {
   // Snapshots are taken under the locks and reported after them, a batch at a time.
   LockGuard check_guard(g_check_lock);
@@ -773,7 +848,9 @@ void fork_child() {
   g_check_lock.reset_after_fork();
 }
 
-void install_hooks() { g_debug_hooks = DebugHooks{hook_alloc, hook_free, fork_prepare, fork_parent, fork_child}; }
+void install_hooks() {
+  g_debug_hooks = DebugHooks{hook_alloc, hook_free, fork_prepare, fork_parent, fork_child, leave_idle_quarantine};
+}
 
 // At load, before the program starts a thread: the fork handlers read the hooks without a lock,
 // and must take the debug layer's locks from the first fork on.

@@ -10,6 +10,7 @@
 // which is checked when the block leaves the quarantine.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -90,6 +91,17 @@ void realloc_done(void* p, bool moved);
 int check_block(const void* p);
 // Checks every live and quarantined debug block; returns how many are damaged (each reported).
 int check_heap();
+
+// brisk_trim's part: every block in the quarantine and in the debug heaps' batches on their way
+// to it leaves now, checked (damage is reported) and freed, as if pushed out. Returns how many.
+std::size_t flush_quarantine();
+// The background thread's part (DebugHooks::quarantine_idle): the blocks of the quarantine's
+// shards no block was pushed to for idle_ms leave, checked and freed; the batches of idle debug
+// heaps join the quarantine. Returns how many left.
+std::size_t leave_idle_quarantine(std::uint64_t now_ms, std::uint64_t idle_ms);
+// Test hook, null in production: leave_idle_quarantine calls it before it takes any lock, so a
+// test can park the background pass there and fork (tests/fork_heap_lock_test.cc).
+extern std::atomic<void (*)()> g_idle_quarantine_test_hook;
 
 // Reports live debug blocks grouped by allocation stack (count, sizes, total bytes), largest
 // total first; returns the number of groups. Called at exit unless BRISK_DEBUG_LEAKS=0.

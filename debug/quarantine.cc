@@ -57,6 +57,7 @@ std::size_t Quarantine::push(const QuarantinedBlock* blocks, std::size_t count, 
   BRISK_ASSERT(capacity_ > 0 && count >= 1 && capacity >= count);
   Shard& shard = my_shard();
   LockGuard guard(shard.lock);
+  ++shard.pushes;
   std::size_t n = 0;
   for (std::size_t i = 0; i < count; ++i) {
     if (shard.count == capacity_) evicted[n++] = pop_oldest(shard);
@@ -96,6 +97,37 @@ std::size_t Quarantine::drain(QuarantinedBlock* out, std::size_t capacity) {
   std::size_t n = 0;
   for (Shard& shard : shards_) {
     LockGuard guard(shard.lock);
+    while (n < capacity && shard.count > 0) out[n++] = pop_oldest(shard);
+  }
+  return n;
+}
+
+std::size_t Quarantine::shard_count(unsigned shard) {
+  LockGuard guard(shards_[shard].lock);
+  return shards_[shard].count;
+}
+
+std::size_t Quarantine::drain_shard(unsigned shard, QuarantinedBlock* out, std::size_t capacity) {
+  Shard& s = shards_[shard];
+  LockGuard guard(s.lock);
+  std::size_t n = 0;
+  while (n < capacity && s.count > 0) out[n++] = pop_oldest(s);
+  return n;
+}
+
+std::size_t Quarantine::take_idle(QuarantinedBlock* out, std::size_t capacity, std::uint64_t now_ms,
+                                  std::uint64_t idle_ms) {
+  std::size_t n = 0;
+  for (Shard& shard : shards_) {
+    LockGuard guard(shard.lock);
+    if (shard.pushes != shard.seen_pushes || shard.active_ms == 0) {
+      shard.seen_pushes = shard.pushes;
+      shard.active_ms = now_ms;
+      continue;
+    }
+    // A caller with an older clock reading than the last one seen (two passes at once) finds
+    // nothing idle.
+    if (now_ms < shard.active_ms || now_ms - shard.active_ms < idle_ms) continue;
     while (n < capacity && shard.count > 0) out[n++] = pop_oldest(shard);
   }
   return n;

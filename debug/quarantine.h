@@ -17,6 +17,14 @@
 //                                       really frees it. push(block, bytes, ...): one block.
 //   take_excess(out, cap)               the rest, when push's cap was too small.
 //   drain(out, cap)                     takes blocks out of every shard, oldest first per shard.
+//   shard_count(i) / drain_shard(i, ...) the blocks in shard i now; takes up to cap of them out,
+//                                       oldest first (brisk_trim takes what each held when it
+//                                       began, so threads that go on freeing cannot keep it going).
+//   take_idle(out, cap, now, idle)      the same for each shard idle at now: no block pushed to
+//                                       it between two calls at least idle ms apart (the push
+//                                       count compared, so that a push reads no clock). The
+//                                       background pass's: a thread that stopped freeing would
+//                                       keep its last blocks here, and they the spans they lie in.
 //   for_each(visit, context)            visits every quarantined block (brisk_check_heap), each
 //                                       shard under its lock.
 //   lock_all / unlock_all /             fork: every shard's lock, in shard order; released in
@@ -56,6 +64,9 @@ class Quarantine {
   }
   std::size_t take_excess(QuarantinedBlock* out, std::size_t capacity);
   std::size_t drain(QuarantinedBlock* out, std::size_t capacity);
+  std::size_t shard_count(unsigned shard);
+  std::size_t drain_shard(unsigned shard, QuarantinedBlock* out, std::size_t capacity);
+  std::size_t take_idle(QuarantinedBlock* out, std::size_t capacity, std::uint64_t now_ms, std::uint64_t idle_ms);
   void for_each(void (*visit)(const QuarantinedBlock& block, void* context), void* context);
   void lock_all();
   void unlock_all();
@@ -78,6 +89,9 @@ class Quarantine {
     std::size_t head = 0;
     std::size_t count = 0;
     std::size_t bytes = 0;
+    std::uint64_t pushes = 0;         // push calls so far
+    std::uint64_t seen_pushes = 0;    // take_idle's: pushes at its last look,
+    std::uint64_t active_ms = 0;      // and when it last saw them move (0: not yet looked)
   };
   Shard& my_shard();
   // The shard's oldest block, taken out. The shard's lock is held and it is not empty.

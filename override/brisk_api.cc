@@ -34,7 +34,11 @@ BRISK_EXPORT void* brisk_aligned_alloc(size_t alignment, size_t size) {
 BRISK_EXPORT size_t brisk_usable_size(const void* p) { return usable_size_impl(p); }
 
 BRISK_EXPORT void brisk_thread_collect(void) { thread_collect(); }
-BRISK_EXPORT size_t brisk_trim(void) { return process_trim(); }
+BRISK_EXPORT size_t brisk_trim(void) {
+  // The quarantine's blocks first: what they held goes back with their spans below.
+  debug::flush_quarantine();
+  return process_trim();
+}
 
 BRISK_EXPORT int brisk_set_strategy(brisk_strategy strategy) {
   int s = static_cast<int>(strategy);

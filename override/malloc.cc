@@ -119,7 +119,7 @@ BRISK_EXPORT size_t malloc_usable_size(void* p) noexcept { return usable_size_im
 BRISK_EXPORT void free_sized(void* p, size_t size) noexcept { free_checked_impl(p, 0, size); }
 // glibc's contract: 1 if memory was given back to the OS, else 0. brisk keeps no top-of-heap
 // padding, so pad has nothing to spare.
-BRISK_EXPORT int malloc_trim(size_t) noexcept { return process_trim() > 0 ? 1 : 0; }
+BRISK_EXPORT int malloc_trim(size_t) noexcept { return brisk_trim() > 0 ? 1 : 0; }
 BRISK_EXPORT void free_aligned_sized(void* p, size_t, size_t size) noexcept { free_checked_impl(p, 0, size); }
 
 // glibc's statistics calls would describe glibc's own, empty, arena: brisk answers them.

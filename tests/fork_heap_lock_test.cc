@@ -23,6 +23,9 @@
 #include <thread>
 #include <vector>
 
+#include "core/platform.h"
+#include "debug/block.h"
+#include "threadcache/background.h"
 #include "threadcache/heap.h"
 
 namespace {
@@ -62,6 +65,26 @@ int ForkWhileRIsParked(std::size_t size) {
   int status = -1;
   if (pid > 0 && waitpid(pid, &status, 0) != pid) status = -1;
   waker.join();
+  return status;
+}
+
+// Runs r_body on a thread R until a test hook parks it (park_once), runs while_parked, then forks
+// (ForkWhileRIsParked: a child that allocates `size` bytes), and joins R. Forked whether or not
+// R parked, so that R is woken and joined before any assertion fails. *parked: whether it did.
+// The alarm fails a parent that never returns from fork (a lock-order deadlock in prepare)
+// instead of leaving the test hanging.
+template <class Body, class WhileParked>
+int ForkWhileThreadIsParked(Body r_body, WhileParked while_parked, std::size_t size, bool* parked) {
+  g_parked.store(false);
+  if (pipe(g_pipe) != 0) return -1;
+  std::thread r(r_body);
+  for (int i = 0; i < 10000 && !g_parked.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  *parked = g_parked.load();
+  while_parked();
+  alarm(30);
+  const int status = ForkWhileRIsParked(size);
+  alarm(0);
+  r.join();
   return status;
 }
 
@@ -137,26 +160,45 @@ TEST(ForkHeapLock, ForkWhileATrimHoldsTheForkersDebugHeapSlowLock) {
 #if defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "ThreadSanitizer's exit check in the child reports the parent's other threads as leaked";
 #endif
-  g_parked.store(false);
-  ASSERT_EQ(pipe(g_pipe), 0);
   brisk_debug_enter();
   constexpr std::size_t kSize = brisk::kSmallMax + 16;  // a 2-page medium block (with its header)
   brisk_free(brisk_malloc(kSize));
   g_debug_owner = brisk::t_heap->debug;
   ASSERT_NE(g_debug_owner, nullptr);
   brisk::g_give_back_test_hook.store(park_in_give_back);
-  std::thread r([] { brisk_trim(); });
-  for (int i = 0; i < 10000 && !g_parked.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  const bool parked = g_parked.load();
-  const bool held = g_debug_owner->slow_lock.is_locked();
-  // Forked either way, so that R is woken and joined before any assertion fails.
-  const int status = ForkWhileRIsParked(kSize);  // a debug block: alloc_medium, HeapSlowLock(debug heap)
-  r.join();
+  bool parked = false, held = false;
+  // The child's debug block: alloc_medium, HeapSlowLock(debug heap).
+  const int status = ForkWhileThreadIsParked(
+      [] { brisk_trim(); }, [&held] { held = g_debug_owner->slow_lock.is_locked(); }, kSize, &parked);
   brisk::g_give_back_test_hook.store(nullptr);
   brisk_debug_exit();
   ASSERT_TRUE(parked) << "brisk_trim never reached the main thread's debug heap";
   ASSERT_TRUE(held);
   ExpectTheChildAllocated(status, "its debug heap's slow lock");
+}
+
+// fork while the background pass is about to empty idle quarantine shards (debug mode): that
+// work takes the debug layer's locks (shards', live locks, the report sink's), which prepare
+// takes before the pass lock, so it must run without the pass lock held. Thread R's pass is
+// parked by the test hook before it takes any lock; the main thread forks. Had R held the pass
+// lock there, prepare would take every debug lock, wait for the pass lock, and R, woken 1 s
+// later, would wait for a shard's lock: the parent would never return from fork (the alarm of
+// ForkWhileThreadIsParked ends the test then). The child allocates a debug block under alarm(5).
+void park_in_idle_quarantine() { park_once(); }
+
+TEST(ForkHeapLock, ForkWhileTheBackgroundPassEmptiesIdleQuarantineShards) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "ThreadSanitizer's exit check in the child reports the parent's other threads as leaked";
+#endif
+  brisk_debug_enter();
+  brisk_free(brisk_malloc(100));  // the debug layer set up, a block in the quarantine
+  brisk::debug::g_idle_quarantine_test_hook.store(park_in_idle_quarantine);
+  bool parked = false;
+  const int status = ForkWhileThreadIsParked([] { brisk::background_pass(brisk::platform::now_ms()); }, [] {}, 100, &parked);
+  brisk::debug::g_idle_quarantine_test_hook.store(nullptr);
+  brisk_debug_exit();
+  ASSERT_TRUE(parked) << "the background pass never reached the quarantine";
+  ExpectTheChildAllocated(status, "a debug-layer lock");
 }
 
 }  // namespace

@@ -20,6 +20,9 @@
 //                         other threads keep the debug layer's locks busy (debug heaps, the
 //                         quarantine, the report sink, brisk_check_heap); each child makes,
 //                         frees and checks debug blocks and gets the report of an overrun
+//   debug-idle            debug mode (BRISK_DEBUG=1 BRISK_IDLE_MS=10): threads free debug blocks
+//                         in bursts, so the background thread keeps emptying idle quarantine
+//                         shards, while the main thread forks
 //
 // Every case arms a watchdog (alarm) that fails it on a hang instead of leaving that to ctest.
 // Written from what glibc's tests check; the iteration counts are smaller, to stay within seconds.
@@ -658,11 +661,43 @@ int DebugBusyFork() {
   return 0;
 }
 
+// ---- debug-idle: the background thread empties idle quarantine shards while the main thread forks
+// Bursts of debug frees with pauses longer than BRISK_IDLE_MS (10 ms under ctest), so that the
+// background thread keeps finding idle shards and takes their blocks out (debug/block.cc's
+// leave_idle_quarantine, through the background pass) while fork's prepare handler takes the
+// debug layer's locks, then the pass lock. The lock order itself is checked step by step in
+// fork_heap_lock_test (ForkWhileTheBackgroundPassEmptiesIdleQuarantineShards); this runs the
+// whole process under load: children of a parent whose background thread empties shards.
+void* DebugBurstFreer(void* arg) {
+  unsigned seed = static_cast<unsigned>(reinterpret_cast<uintptr_t>(arg));
+  while (!g_stop.load(std::memory_order_relaxed)) {
+    void* blocks[64];
+    for (void*& b : blocks) {
+      b = malloc(50 + rand_r(&seed) % 3000);
+      if (b == nullptr) Fail("debug malloc");
+    }
+    for (void* b : blocks) free(b);
+    usleep(rand_r(&seed) % 15000);
+  }
+  return nullptr;
+}
+
+int DebugIdleFork() {
+  auto active = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "brisk_debug_active"));
+  if (active == nullptr) Fail("brisk is not loaded");
+  if (active() == 0) Fail("run with BRISK_DEBUG=1 and BRISK_IDLE_MS=10");
+  ArmWatchdog(120);
+  pthread_t threads[] = {Spawn(DebugBurstFreer, reinterpret_cast<void*>(1)), Spawn(DebugBurstFreer, reinterpret_cast<void*>(2)),
+                         Spawn(DebugBurstFreer, reinterpret_cast<void*>(3))};
+  ForkWhileThreadsRun(150, AllocateEverything, threads);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    fprintf(stderr, "usage: fork_test malloc-fork-deadlock|mallocfork2|mallocfork|mallocfork3|stdio|exit|locks|debug\n");
+    fprintf(stderr, "usage: fork_test malloc-fork-deadlock|mallocfork2|mallocfork|mallocfork3|stdio|exit|locks|debug|debug-idle\n");
     return 2;
   }
   g_case = argv[1];
@@ -673,7 +708,8 @@ int main(int argc, char** argv) {
   } cases[] = {{"malloc-fork-deadlock", MallocForkDeadlock}, {"mallocfork2", MallocFork2},
                {"mallocfork", MallocForkNested},          {"mallocfork3", MallocFork3},
                {"stdio", StdioFork},                      {"exit", ExitFork},
-               {"locks", LocksBusyFork},                  {"debug", DebugBusyFork}};
+               {"locks", LocksBusyFork},                  {"debug", DebugBusyFork},
+               {"debug-idle", DebugIdleFork}};
   for (const auto& c : cases)
     if (strcmp(c.name, g_case) == 0) return c.run();
   fprintf(stderr, "fork_test: unknown case %s\n", g_case);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <thread>
 #include <vector>
@@ -139,6 +140,30 @@ TEST(Quarantine, DrainAndForEachSeeEveryBlockOldestFirst) {
   EXPECT_EQ(seen, (std::vector<void*>{Fake(1), Fake(2), Fake(3), Fake(4), Fake(5)}));
   ASSERT_EQ(q.drain(out, 16), 5u);
   for (std::uintptr_t i = 0; i < 5; ++i) EXPECT_EQ(out[i].block, Fake(i + 1));
+  EXPECT_EQ(q.count(), 0u);
+  EXPECT_EQ(q.bytes(), 0u);
+}
+
+// take_idle takes a shard's blocks, oldest first, once it has seen no push to it between two of
+// its calls at least the idle time apart (the background pass's rule for a thread that stopped
+// freeing), and not before.
+TEST(Quarantine, TakeIdleEmptiesAShardOnlyOncePassesTheIdleTimeApartSawNoPush) {
+  Quarantine q;
+  ASSERT_TRUE(q.init(kBudget, 1024));
+  QuarantinedBlock out[16];
+  for (std::uintptr_t i = 1; i <= 3; ++i) ASSERT_EQ(q.push(Fake(i), 10, out, 16), 0u);
+  EXPECT_EQ(q.take_idle(out, 16, 5000, 1000), 0u);  // the first look
+  EXPECT_EQ(q.take_idle(out, 16, 5999, 1000), 0u);  // not yet idle
+  ASSERT_EQ(q.push(Fake(4), 10, out, 16), 0u);
+  EXPECT_EQ(q.take_idle(out, 16, 6500, 1000), 0u);  // a push since: active at 6500
+  EXPECT_EQ(q.take_idle(out, 16, 7499, 1000), 0u);
+  EXPECT_EQ(q.count(), 4u);
+  ASSERT_EQ(q.take_idle(out, 2, 7500, 1000), 2u);  // idle: at most capacity, oldest first
+  EXPECT_EQ(out[0].block, Fake(1));
+  EXPECT_EQ(out[1].block, Fake(2));
+  ASSERT_EQ(q.take_idle(out, 16, 7500, 1000), 2u);
+  EXPECT_EQ(out[0].block, Fake(3));
+  EXPECT_EQ(out[1].block, Fake(4));
   EXPECT_EQ(q.count(), 0u);
   EXPECT_EQ(q.bytes(), 0u);
 }

@@ -30,6 +30,7 @@
 #include "core/options.h"
 #include "core/platform.h"
 #include "core/stats.h"
+#include "threadcache/debug_switch.h"
 #include "threadcache/heap.h"
 #include "threadcache/orphans.h"
 #include "threadcache/remote_free.h"
@@ -310,9 +311,14 @@ std::size_t reclaim_other_queues(Heap* self) {
 }
 
 std::uint64_t background_pass(std::uint64_t now) {
-  LockGuard g(g_pass_lock);
   auto delay = static_cast<std::uint64_t>(options::get(options::Id::kPurgeDelayMs));
   auto idle = static_cast<std::uint64_t>(options::get(options::Id::kIdleMs));
+  // Debug mode's quarantine first, so that the blocks it lets go reach their debug heaps' queues,
+  // which the loop below reclaims for the idle ones. Outside the pass lock: debug/ takes its own
+  // locks there (a shard's, a debug heap's live lock, the report sink's), and fork's prepare
+  // takes those before the pass lock (heap_lifecycle.cc).
+  if (auto idle_quarantine = g_debug_hooks.quarantine_idle) idle_quarantine(now, idle);
+  LockGuard g(g_pass_lock);
   std::size_t bytes = 0;
   if (!g_orphan_heap.incoming.empty()) drain_orphans();
   // A heap whose owner ran no slow path for BRISK_IDLE_MS is idle: its queue is reclaimed and
@@ -330,7 +336,7 @@ std::uint64_t background_pass(std::uint64_t now) {
       h->idle_seen_entries = entries;
       h->idle_active_ms = now;
     }
-    h->idle = now - h->idle_active_ms >= idle;
+    store_shared(h->idle, now - h->idle_active_ms >= idle);  // read by debug/ outside the lock
     return h->idle;
   };
   for (Heap* h = all_heaps(); h != nullptr; h = h->all_next) {

@@ -39,6 +39,9 @@ struct DebugHooks {
   void (*fork_prepare)();
   void (*fork_parent)();
   void (*fork_child)();
+  // The background pass's (background.cc): the quarantined blocks of threads that stopped
+  // freeing (no push for idle_ms at now_ms) leave, so that the spans they hold can go back.
+  std::size_t (*quarantine_idle)(std::uint64_t now_ms, std::uint64_t idle_ms);
 };
 // Set by debug/'s constructor (before any thread of the program exists) and again by its
 // init, before the first switch to debug mode; never cleared. Each may be null before then.

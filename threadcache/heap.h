@@ -137,7 +137,8 @@ class alignas(BRISK_CACHELINE) Heap {
   std::atomic<std::uint32_t> slow_entries{0};
   bool serving = false;                        // under slow_lock: attached to a thread or borrowed
   // The background thread's own (under its pass lock): slow_entries at its last look, when it
-  // last saw them move, and whether the heap has been idle for BRISK_IDLE_MS since.
+  // last saw them move, and whether the heap has been idle for BRISK_IDLE_MS since (`idle`
+  // is stored as a relaxed atomic: debug/ reads a debug heap's outside the pass lock).
   std::uint32_t idle_seen_entries = 0;
   std::uint64_t idle_active_ms = 0;
   bool idle = false;

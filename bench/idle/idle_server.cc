@@ -4,9 +4,11 @@
 // server's pool threads do. The main thread samples the process's resident memory at the peak
 // and at given times after the frees, and prints each sample as a fraction of the peak. It calls
 // no allocator API (unless --trim: malloc_trim(0) right after the frees), so it runs under any
-// allocator, preloaded:
+// allocator, preloaded. --shuffle: each worker frees the other's blocks in a random order, not
+// in the order they were made (in debug mode the last blocks freed wait in the quarantine, and
+// then lie in every span instead of a few):
 //
-//   LD_PRELOAD=libbrisk.so brisk-idle-server [--mib 1024] [--threads 2] [--at 1000,5000] [--trim]
+//   LD_PRELOAD=libbrisk.so brisk-idle-server [--mib 1024] [--threads 2] [--at 1000,5000] [--trim] [--shuffle]
 //
 // bench/idle/idle_table.sh runs it under every peer. Output: one line, key=value pairs.
 #include <malloc.h>
@@ -21,6 +23,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -62,13 +65,14 @@ std::uint64_t next(std::uint64_t& s) {  // xorshift64*
 int main(int argc, char** argv) {
   std::size_t mib = 1024;
   int threads = 2;
-  bool trim = false;
+  bool trim = false, shuffle = false;
   std::vector<int> at_ms{1000, 5000};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--mib" && i + 1 < argc) mib = std::strtoull(argv[++i], nullptr, 10);
     else if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
     else if (a == "--trim") trim = true;
+    else if (a == "--shuffle") shuffle = true;
     else if (a == "--at" && i + 1 < argc) {
       at_ms.clear();
       for (char* p = argv[++i]; *p != '\0';) {
@@ -77,7 +81,7 @@ int main(int argc, char** argv) {
         else if (*p != '\0') return std::fprintf(stderr, "bad --at\n"), 2;
       }
     } else {
-      std::fprintf(stderr, "usage: %s [--mib N] [--threads N] [--at MS,MS...] [--trim]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--mib N] [--threads N] [--at MS,MS...] [--trim] [--shuffle]\n", argv[0]);
       return 2;
     }
   }
@@ -104,7 +108,10 @@ int main(int argc, char** argv) {
         got += size;
       }
       allocated.wait();
-      for (void* p : blocks[(t + 1) % threads]) std::free(p);  // another worker's blocks
+      auto& theirs = blocks[(t + 1) % threads];  // another worker's blocks, this worker's alone now
+      if (shuffle)
+        for (std::size_t i = theirs.size(); i > 1; --i) std::swap(theirs[i - 1], theirs[next(seed) % i]);
+      for (void* p : theirs) std::free(p);
       freed.wait();
       std::unique_lock<std::mutex> lock(idle_m);
       idle_cv.wait(lock, [&] { return stop; });  // alive and idle
