@@ -316,8 +316,11 @@ std::uint64_t background_pass(std::uint64_t now) {
   // Debug mode's quarantine first, so that the blocks it lets go reach their debug heaps' queues,
   // which the loop below reclaims for the idle ones. Outside the pass lock: debug/ takes its own
   // locks there (a shard's, a debug heap's live lock, the report sink's), and fork's prepare
-  // takes those before the pass lock (heap_lifecycle.cc).
-  if (auto idle_quarantine = g_debug_hooks.quarantine_idle) idle_quarantine(now, idle);
+  // takes those before the pass lock (heap_lifecycle.cc). Only once the debug layer is set up:
+  // its init writes the hooks before that flag's release store, and a thread started before
+  // main may run this pass while debug/'s constructor writes them.
+  if (g_debug_blocks_may_exist.load(std::memory_order_acquire))
+    if (auto idle_quarantine = g_debug_hooks.quarantine_idle) idle_quarantine(now, idle);
   LockGuard g(g_pass_lock);
   std::size_t bytes = 0;
   if (!g_orphan_heap.incoming.empty()) drain_orphans();
