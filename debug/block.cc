@@ -759,6 +759,7 @@ std::size_t flush_quarantine() {
 
 std::size_t leave_idle_quarantine(std::uint64_t now_ms, std::uint64_t idle_ms) {
   if (g_init_state.load(std::memory_order_acquire) != 2) return 0;
+  if (auto hook = g_idle_quarantine_test_hook.load(std::memory_order_relaxed); BRISK_UNLIKELY(hook != nullptr)) hook();
   // The batch of a debug heap whose owner is idle (the background pass's flag) may wait for a
   // free of one more of its blocks for ever: it joins the quarantine through this thread's
   // shard, and waits there like any block freed now.
@@ -767,7 +768,6 @@ std::size_t leave_idle_quarantine(std::uint64_t now_ms, std::uint64_t idle_ms) {
     QuarantinedBlock batch[kEvictBatch];
     if (const std::size_t n = take_freed_batch(d, batch)) push_to_quarantine(batch, n);
   }
-  if (auto hook = g_idle_quarantine_test_hook.load(std::memory_order_relaxed); BRISK_UNLIKELY(hook != nullptr)) hook();
   const std::size_t n = leave_each([now_ms, idle_ms](QuarantinedBlock* out, std::size_t cap) {
     return g_quarantine.take_idle(out, cap, now_ms, idle_ms);
   });

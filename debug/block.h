@@ -96,8 +96,8 @@ int check_heap();
 // to it leaves now, checked (damage is reported) and freed, as if pushed out. Returns how many.
 std::size_t flush_quarantine();
 // The background thread's part (DebugHooks::quarantine_idle): the blocks of the quarantine's
-// shards no block was pushed to for idle_ms leave, checked and freed; the batches of idle debug
-// heaps join the quarantine. Returns how many left.
+// shards that saw no push between two calls at least idle_ms apart leave, checked and freed;
+// the batches of idle debug heaps join the quarantine. Returns how many left.
 std::size_t leave_idle_quarantine(std::uint64_t now_ms, std::uint64_t idle_ms);
 // Test hook, null in production: leave_idle_quarantine calls it before it takes any lock, so a
 // test can park the background pass there and fork (tests/fork_heap_lock_test.cc).

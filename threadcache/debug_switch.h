@@ -40,7 +40,8 @@ struct DebugHooks {
   void (*fork_parent)();
   void (*fork_child)();
   // The background pass's (background.cc): the quarantined blocks of threads that stopped
-  // freeing (no push for idle_ms at now_ms) leave, so that the spans they hold can go back.
+  // freeing (no push to their shard between two passes at least idle_ms apart) leave, so that
+  // the spans they lie in can go back.
   std::size_t (*quarantine_idle)(std::uint64_t now_ms, std::uint64_t idle_ms);
 };
 // Set by debug/'s constructor (before any thread of the program exists) and again by its
