@@ -30,13 +30,13 @@
 #include "threadcache/debug_switch.h"
 #include "threadcache/heap.h"
 #include "threadcache/medium.h"
-#include "threadcache/remote_free.h"
 
 namespace brisk::debug {
 __thread Kind t_alloc_kind __attribute__((tls_model("initial-exec"))) = Kind::kMalloc;
 __thread std::size_t t_copied_prefix __attribute__((tls_model("initial-exec"))) = 0;
 StackDepot g_depot;
 std::atomic<int> g_init_state{0};
+Quarantine g_quarantine;
 
 namespace {
 
@@ -49,7 +49,6 @@ static_assert(kHeaderBytes == 96 && kHeaderBytes % kMinAlign == 0, "the user poi
 // on, so still in that region, the one whose region byte names the large block (header_of).
 static_assert(kOsPageSize + kHeaderBytes + kMaxAlignment - kMinAlign < kChunkSize);
 
-Quarantine g_quarantine;
 std::atomic<std::uint32_t> g_thread_numbers{0};
 int g_stack_depth = 0;
 // BRISK_DEBUG_FILL_LIMIT. Filling a 10-100 MiB block whole costs a page fault per 4 KiB page
@@ -318,7 +317,6 @@ BRISK_ALWAYS_INLINE void leave_quarantine(Header* h) {
 // out holds n blocks that push or take_excess took out, with room for kEvictBatch: only a full
 // batch can leave more behind, so only then is the shard's lock taken again. Room for a debug
 // heap's whole batch and one more block (release): push takes out up to one block per block.
-constexpr std::size_t kEvictBatch = 32;
 static_assert(kEvictBatch >= DebugHeap::kFreedBatch + 1);
 BRISK_ALWAYS_INLINE void drain_evicted(QuarantinedBlock* out, std::size_t n) {
   for (;;) {
@@ -484,12 +482,18 @@ void mark_freed(DebugHeap* d, Header* h, std::uint64_t mix, std::uint32_t stack,
 // What a quarantined block counts against the quarantine's budget.
 QuarantinedBlock quarantined(Header* h) { return {h, h->user_size + kHeaderBytes + kGuardBytes}; }
 
-// Blocks marked kQuarantined and filled with the freed pattern, oldest first, into the
-// quarantine, and out of it the blocks they push out.
+}  // namespace
+
 void push_to_quarantine(const QuarantinedBlock* blocks, std::size_t n) {
   QuarantinedBlock evicted[kEvictBatch];
   drain_evicted(evicted, g_quarantine.push(blocks, n, evicted, kEvictBatch));
 }
+
+void leave_quarantine_all(const QuarantinedBlock* blocks, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) leave_quarantine(static_cast<Header*>(blocks[i].block));
+}
+
+namespace {
 
 // A block marked kQuarantined, in no list yet: its freed pattern, then the quarantine.
 void enter_quarantine(Header* h) {
@@ -700,80 +704,6 @@ constexpr int kBatch = 8;
 SpinLock g_check_lock;
 Snapshot g_check_batch[kBatch];
 }  // namespace
-
-namespace {
-
-// Takes up to `limit` blocks out of the quarantine with take(out, cap), at most kEvictBatch a
-// call, until a call comes back short: each is checked and freed as a block pushed out is
-// (leave_quarantine). Returns how many.
-template <class Take>
-std::size_t leave_each(Take take, std::size_t limit = ~std::size_t{0}) {
-  QuarantinedBlock out[kEvictBatch];
-  std::size_t total = 0;
-  while (total < limit) {
-    const std::size_t want = limit - total < kEvictBatch ? limit - total : kEvictBatch;
-    const std::size_t n = take(out, want);
-    for (std::size_t i = 0; i < n; ++i) leave_quarantine(static_cast<Header*>(out[i].block));
-    total += n;
-    if (n < want) break;
-  }
-  return total;
-}
-
-// d's batch of freed blocks on their way to the quarantine (DebugHeap::freed), taken out.
-std::size_t take_freed_batch(DebugHeap* d, QuarantinedBlock* out) {
-  static_assert(DebugHeap::kFreedBatch < kEvictBatch);  // one call takes it all
-  LiveLock g(d);
-  const unsigned n = d->freed_count;
-  for (unsigned i = 0; i < n; ++i) out[i] = d->freed[i];
-  d->freed_count = 0;
-  return n;
-}
-
-// Sends what the calling thread's remote frees put in its outgoing batches (the underlying
-// blocks of other debug heaps, freed above), so that their heaps' queues hold them for the
-// reclaims that follow. A thread without a heap sent each one to its queue already.
-void send_outgoing() {
-  Heap* h = t_heap;
-  if (!heap_is_attached(h)) return;
-  HeapSlowLock lock(h);
-  heap_flush_outgoing(h);
-}
-
-}  // namespace
-
-std::atomic<void (*)()> g_idle_quarantine_test_hook{nullptr};
-
-std::size_t flush_quarantine() {
-  if (g_init_state.load(std::memory_order_acquire) != 2) return 0;
-  std::size_t n = 0;
-  for (DebugHeap* d = first_debug_heap(); d != nullptr; d = d->registry_next)
-    n += leave_each([d](QuarantinedBlock* out, std::size_t) { return take_freed_batch(d, out); }, kEvictBatch);
-  // What each shard holds now, not what threads that go on freeing push meanwhile: the trim ends.
-  for (unsigned i = 0; i < Quarantine::kShards; ++i)
-    n += leave_each([i](QuarantinedBlock* out, std::size_t cap) { return g_quarantine.drain_shard(i, out, cap); },
-                    g_quarantine.shard_count(i));
-  send_outgoing();
-  return n;
-}
-
-std::size_t leave_idle_quarantine(std::uint64_t now_ms, std::uint64_t idle_ms) {
-  if (g_init_state.load(std::memory_order_acquire) != 2) return 0;
-  if (auto hook = g_idle_quarantine_test_hook.load(std::memory_order_relaxed); BRISK_UNLIKELY(hook != nullptr)) hook();
-  // The batch of a debug heap whose owner is idle (the background pass's flag) may wait for a
-  // free of one more of its blocks for ever: it joins the quarantine through this thread's
-  // shard, and waits there like any block freed now.
-  for (DebugHeap* d = first_debug_heap(); d != nullptr; d = d->registry_next) {
-    if (!load_shared(d->idle)) continue;
-    QuarantinedBlock batch[kEvictBatch];
-    if (const std::size_t n = take_freed_batch(d, batch)) push_to_quarantine(batch, n);
-  }
-  const std::size_t n = leave_each([now_ms, idle_ms](QuarantinedBlock* out, std::size_t cap) {
-    return g_quarantine.take_idle(out, cap, now_ms, idle_ms);
-  });
-  send_outgoing();
-  return n;
-}
 
 int check_heap() {
   // Snapshots are taken under the locks and reported after them, a batch at a time.

@@ -4,10 +4,12 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 
 #include "core/hints.h"
 #include "debug/block.h"
+#include "debug/quarantine.h"
 #include "debug/stack_trace.h"
 
 namespace brisk::debug {
@@ -72,6 +74,15 @@ inline char* user_of(const Header* h) { return reinterpret_cast<char*>(const_cas
 
 // Every captured stack, stored once (block.cc's capture).
 extern StackDepot g_depot;
+
+// Freed debug blocks waiting before their memory is reused (block.cc), and the two ways through
+// it for quarantine_flush.cc: blocks (marked kQuarantined, filled with the freed pattern) go in,
+// oldest first, and the blocks they push out are checked and freed; blocks taken out are each
+// checked and freed (leave_quarantine). kEvictBatch: the blocks taken out at a time.
+extern Quarantine g_quarantine;
+inline constexpr std::size_t kEvictBatch = 32;
+void push_to_quarantine(const QuarantinedBlock* blocks, std::size_t n);
+void leave_quarantine_all(const QuarantinedBlock* blocks, std::size_t n);
 // debug::init's progress: 0 not started, 1 running, 2 done.
 extern std::atomic<int> g_init_state;
 
