@@ -521,9 +521,7 @@ bool batch_freed(DebugHeap* d, Header* h, QuarantinedBlock* out, std::size_t* n)
     d->freed[d->freed_count++] = quarantined(h);
     if (d->freed_count < DebugHeap::kFreedBatch) return true;
   }
-  *n = d->freed_count;
-  for (unsigned i = 0; i < d->freed_count; ++i) out[i] = d->freed[i];
-  d->freed_count = 0;
+  *n = d->take_freed(out);
   return batched;
 }
 

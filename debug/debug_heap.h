@@ -46,6 +46,13 @@ struct DebugHeap : Heap {
   static constexpr unsigned kFreedBatch = 16;
   QuarantinedBlock freed[kFreedBatch];
   unsigned freed_count = 0;
+  // The batch, moved to out (room for kFreedBatch), oldest first; live_lock held. Returns its count.
+  unsigned take_freed(QuarantinedBlock* out) {
+    const unsigned n = freed_count;
+    for (unsigned i = 0; i < n; ++i) out[i] = freed[i];
+    freed_count = 0;
+    return n;
+  }
   // The last stack walk from each place block.cc captures stacks (allocation, free, realloc),
   // its value the depot id of the frames it returned: a loop that allocates or frees at one
   // place walks through return addresses it knows and does not store its stack in the depot

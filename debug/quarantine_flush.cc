@@ -39,12 +39,8 @@ std::size_t leave_each(Take take, std::size_t limit = ~std::size_t{0}) {
 
 // d's batch of freed blocks on their way to the quarantine (DebugHeap::freed), taken out.
 std::size_t take_freed_batch(DebugHeap* d, QuarantinedBlock* out) {
-  static_assert(DebugHeap::kFreedBatch < kEvictBatch);  // one call takes it all
   LiveLock g(d);
-  const unsigned n = d->freed_count;
-  for (unsigned i = 0; i < n; ++i) out[i] = d->freed[i];
-  d->freed_count = 0;
-  return n;
+  return d->take_freed(out);
 }
 
 // Sends what the calling thread's remote frees put in its outgoing batches (the underlying
@@ -64,8 +60,12 @@ std::atomic<void (*)()> g_idle_quarantine_test_hook{nullptr};
 std::size_t flush_quarantine() {
   if (g_init_state.load(std::memory_order_acquire) != 2) return 0;
   std::size_t n = 0;
-  for (DebugHeap* d = first_debug_heap(); d != nullptr; d = d->registry_next)
-    n += leave_each([d](QuarantinedBlock* out, std::size_t) { return take_freed_batch(d, out); }, kEvictBatch);
+  for (DebugHeap* d = first_debug_heap(); d != nullptr; d = d->registry_next) {
+    QuarantinedBlock batch[DebugHeap::kFreedBatch];
+    const std::size_t taken = take_freed_batch(d, batch);
+    leave_quarantine_all(batch, taken);
+    n += taken;
+  }
   // What each shard holds now, not what threads that go on freeing push meanwhile: the trim ends.
   for (unsigned i = 0; i < Quarantine::kShards; ++i)
     n += leave_each([i](QuarantinedBlock* out, std::size_t cap) { return g_quarantine.drain_shard(i, out, cap); },
@@ -82,7 +82,8 @@ std::size_t leave_idle_quarantine(std::uint64_t now_ms, std::uint64_t idle_ms) {
   // shard, and waits there like any block freed now.
   for (DebugHeap* d = first_debug_heap(); d != nullptr; d = d->registry_next) {
     if (!load_shared(d->idle)) continue;
-    QuarantinedBlock batch[kEvictBatch];
+    static_assert(DebugHeap::kFreedBatch < kEvictBatch);  // push_to_quarantine's room for a batch
+    QuarantinedBlock batch[DebugHeap::kFreedBatch];
     if (const std::size_t n = take_freed_batch(d, batch)) push_to_quarantine(batch, n);
   }
   const std::size_t n = leave_each([now_ms, idle_ms](QuarantinedBlock* out, std::size_t cap) {
