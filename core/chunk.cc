@@ -97,9 +97,57 @@ unsigned most_resident_run(std::uint64_t free, std::uint64_t dirty, unsigned n, 
 // pages while tens of MiB of resident free pages waited for their purge (prodcons).
 unsigned resident_quota(unsigned n) { return n < 4 ? n : (n + 1) / 2; }
 
+// The first `need` OS pages of a page (need 1..16).
+std::uint16_t need_mask(unsigned need) {
+  return need >= kPageSize / kOsPageSize ? std::uint16_t{0xffff} : static_cast<std::uint16_t>((1u << need) - 1);
+}
+
+// Of the pages in `candidates` (free and dirty, as read), the one chunk_claim_pages' need rule
+// picks; 0 if there is none. *fits: its first `need` OS pages all held data.
+unsigned best_page_for(Chunk* c, std::uint64_t candidates, unsigned need, bool* fits) {
+  const std::uint16_t want = need_mask(need);
+  unsigned best = 0, best_score = 0;
+  *fits = false;
+  for (std::uint64_t rest = candidates; rest != 0; rest &= rest - 1) {
+    const auto i = static_cast<unsigned>(__builtin_ctzll(rest));
+    const std::uint16_t held = c->os_pages[i].load(std::memory_order_relaxed);
+    if ((held & want) == want) {
+      // Fits: the fewest OS pages held beyond the need, so whole pages stay for whole needs.
+      const unsigned score = 64 - count_bits(held);
+      if (!*fits || score > best_score) {
+        best = i;
+        best_score = score;
+        *fits = true;
+      }
+    } else if (!*fits) {
+      const unsigned score = count_bits(held & want) + 1;
+      if (score > best_score) {
+        best = i;
+        best_score = score;
+      }
+    }
+  }
+  return best;
+}
+
+// After a claim of the pages in m, of which was_dirty held data: the others read as zeros, and
+// none of their OS pages is resident.
+void clear_os_pages_of_clean(Chunk* c, std::uint64_t m, std::uint64_t was_dirty) {
+  for (std::uint64_t clean = m & ~was_dirty; clean != 0; clean &= clean - 1)
+    c->os_pages[__builtin_ctzll(clean)].store(0, std::memory_order_relaxed);
+}
+
 }  // namespace
 
-bool chunk_has_resident_run(Chunk* c, unsigned n) {
+bool chunk_has_resident_run(Chunk* c, unsigned n, unsigned need) {
+  if (n == 1 && need > 0) {
+    const std::uint16_t want = need_mask(need);
+    std::uint64_t candidates =
+        c->free_pages.load(std::memory_order_relaxed) & c->dirty_pages.load(std::memory_order_relaxed);
+    for (; candidates != 0; candidates &= candidates - 1)
+      if ((c->os_pages[__builtin_ctzll(candidates)].load(std::memory_order_relaxed) & want) == want) return true;
+    return false;
+  }
   // Called for every chunk a heap scans (up to the registry's 128 under its lock): it stops at
   // the first run that qualifies, and short runs need no count.
   std::uint64_t free = c->free_pages.load(std::memory_order_relaxed);
@@ -125,7 +173,7 @@ void forget_age(Chunk* c, std::uint64_t m) {
 
 }  // namespace
 
-unsigned chunk_claim_pages(Chunk* c, unsigned n, std::uint64_t* dirty_out) {
+unsigned chunk_claim_pages(Chunk* c, unsigned n, std::uint64_t* dirty_out, unsigned need) {
   std::uint64_t bits = c->free_pages.load(std::memory_order_acquire);
   for (;;) {
     // The run with the most pages freed recently and not purged: those are resident (often in
@@ -136,7 +184,12 @@ unsigned chunk_claim_pages(Chunk* c, unsigned n, std::uint64_t* dirty_out) {
     // The lowest of equals: a medium block then has the most room to grow in place above it
     // (taking medium runs from the top of the chunk made every in-place growth fail).
     unsigned dirty = 0;
-    unsigned first = most_resident_run(bits, c->dirty_pages.load(std::memory_order_relaxed), n, &dirty);
+    unsigned first = 0;
+    if (n == 1 && need > 0) {
+      bool fits;
+      first = best_page_for(c, bits & c->dirty_pages.load(std::memory_order_relaxed), need, &fits);
+    }
+    if (first == 0) first = most_resident_run(bits, c->dirty_pages.load(std::memory_order_relaxed), n, &dirty);
     if (first == 0) return 0;
     std::uint64_t m = run_mask(first, n);
     if (auto hook = g_chunk_claim_test_hook.load(std::memory_order_relaxed); BRISK_UNLIKELY(hook != nullptr))
@@ -147,6 +200,7 @@ unsigned chunk_claim_pages(Chunk* c, unsigned n, std::uint64_t* dirty_out) {
       // The pages are ours: the dirty bits this clears are those of their last release or purge.
       std::uint64_t was_dirty = c->dirty_pages.fetch_and(~m, std::memory_order_relaxed);
       c->lazy_pages.fetch_and(~m, std::memory_order_relaxed);
+      clear_os_pages_of_clean(c, m, was_dirty);
       forget_age(c, m);
       if (dirty_out != nullptr) *dirty_out = (was_dirty & m) >> first;
       return first;
@@ -162,17 +216,28 @@ bool chunk_claim_pages_at(Chunk* c, unsigned first, unsigned n) {
     if ((bits & m) != m) return false;
     if (c->free_pages.compare_exchange_weak(bits, bits & ~m, std::memory_order_acquire,
                                             std::memory_order_acquire)) {
-      c->dirty_pages.fetch_and(~m, std::memory_order_relaxed);
+      std::uint64_t was_dirty = c->dirty_pages.fetch_and(~m, std::memory_order_relaxed);
       c->lazy_pages.fetch_and(~m, std::memory_order_relaxed);
+      clear_os_pages_of_clean(c, m, was_dirty);
       forget_age(c, m);
       return true;
     }
   }
 }
 
-bool chunk_release_pages(Chunk* c, unsigned first, unsigned n) {
+void chunk_note_written(Chunk* c, unsigned first, unsigned n, std::uint64_t written) {
+  constexpr unsigned kOsPerPage = kPageSize / kOsPageSize;
+  const bool whole = n * kOsPerPage > 64;  // no mask bit for its later pages: all written
+  for (unsigned i = first; i < first + n; ++i) {
+    const auto bits = whole ? std::uint16_t{0xffff} : static_cast<std::uint16_t>(written >> ((i - first) * kOsPerPage));
+    if (bits != 0) c->os_pages[i].fetch_or(bits, std::memory_order_relaxed);
+  }
+}
+
+bool chunk_release_pages(Chunk* c, unsigned first, unsigned n, std::uint64_t written) {
   std::uint64_t m = run_mask(first, n);
   for (unsigned i = first; i < first + n; ++i) c->page_span[i] = &c->spans[0];
+  chunk_note_written(c, first, n, written);
   // Dirty before free: chunk_purge only decommits pages it sees both free and dirty.
   c->dirty_pages.fetch_or(m, std::memory_order_relaxed);
   std::uint64_t before = c->free_pages.fetch_or(m, std::memory_order_release);
@@ -228,16 +293,18 @@ void registry_remove_locked(Chunk* c) {
 
 }  // namespace
 
-Chunk* chunk_claim_shared(Heap* h, unsigned n, bool resident_only, unsigned* first, std::uint64_t* dirty) {
+Chunk* chunk_claim_shared(Heap* h, unsigned n, bool resident_only, unsigned* first, std::uint64_t* dirty,
+                          unsigned need) {
   SharedLockGuard g(g_registry_lock);
-  for (int pass = resident_only ? 0 : 1; pass < 2; ++pass) {
+  const int last_pass = need > 0 ? 0 : 1;
+  for (int pass = resident_only || need > 0 ? 0 : 1; pass <= last_pass; ++pass) {
     unsigned scanned = 0;
     for (Chunk* c = g_registry_head; c != nullptr && scanned < kMaxRegistryScan; c = c->reg_next, ++scanned) {
       if (c->page_owner.load(std::memory_order_relaxed) == h) continue;
-      if (pass == 0 ? !chunk_has_resident_run(c, n)
+      if (pass == 0 ? !chunk_has_resident_run(c, n, need)
                     : run_starts(c->free_pages.load(std::memory_order_relaxed), n) == 0)
         continue;
-      unsigned f = chunk_claim_pages(c, n, dirty);
+      unsigned f = chunk_claim_pages(c, n, dirty, need);
       if (f != 0) {
         *first = f;
         return c;
@@ -431,7 +498,16 @@ Chunk* chunk_adopt(Heap* new_owner) {
   return nullptr;
 }
 
-void chunk_release_span_pages(Chunk* c, unsigned first, unsigned n) {
+void chunk_forget_os_pages(Chunk* c, std::uintptr_t from, std::uintptr_t to) {
+  const auto base = reinterpret_cast<std::uintptr_t>(c);
+  for (std::uintptr_t p = round_to_os_page(from); p + kOsPageSize <= to; p += kOsPageSize) {
+    const auto page = static_cast<unsigned>((p - base) >> kPageShift);
+    const auto bit = static_cast<unsigned>(((p - base) & (kPageSize - 1)) / kOsPageSize);
+    c->os_pages[page].fetch_and(static_cast<std::uint16_t>(~(1u << bit)), std::memory_order_relaxed);
+  }
+}
+
+void chunk_release_span_pages(Chunk* c, unsigned first, unsigned n, std::uint64_t written) {
   // Once its last pages are back, an owned chunk may be destroyed by its owner's purge at any
   // moment (and unmapped: low-memory keeps one cached chunk), so nothing of c may be read after
   // the release. Whether c is abandoned is therefore read before, under the abandoned-list lock,
@@ -440,13 +516,13 @@ void chunk_release_span_pages(Chunk* c, unsigned first, unsigned n) {
   // together each see the other's pages still taken, and leave an abandoned chunk for the
   // sweep (chunk_destroy_empty_abandoned: the background pass, brisk_trim).
   if ((c->free_pages.load(std::memory_order_relaxed) | run_mask(first, n)) != kAllPagesFree) {
-    chunk_release_pages(c, first, n);
+    chunk_release_pages(c, first, n, written);
     return;
   }
   {
     LockGuard g(g_abandoned_lock);
     bool abandoned = c->abandoned;
-    if (!chunk_release_pages(c, first, n) || !abandoned) return;
+    if (!chunk_release_pages(c, first, n, written) || !abandoned) return;
     abandoned_remove_locked(c);
   }
   destroy_or_keep_abandoned(c);

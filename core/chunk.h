@@ -29,6 +29,17 @@
 //   lazy_pages   set: a free page given back lazily since its last release; a lazy purge skips
 //                it (it is given back already). Changed, like dirty, only by the page's owner:
 //                set by a lazy purge, cleared by every claim and by an eager purge.
+//   os_pages[i]  (one 16-bit word per page, bit j for its 4 KiB OS page j) of a dirty page: the
+//                OS pages that held data, so a claim can tell a page whose every OS page is
+//                resident from one where a span touched only the first. A span touches its
+//                pages from their start (lazy carving, span_pages.cc), so a page released by a
+//                span that carved 8 KiB of it is mostly unfaulted: taking it for a span of 48 KiB
+//                blocks faults 10 OS pages while another dirty page may be resident whole.
+//                Owned like dirty: the releaser ORs in the OS pages its span wrote
+//                (chunk_release_pages), a claim clears the word of each page it took clean and
+//                keeps it for a dirty one (still resident), and a decommit inside a claimed page
+//                clears its bits (chunk_forget_os_pages). Meaningful only while the page's
+//                dirty bit is set; a hint, like the bitmaps (a lazy purge leaves it as it was).
 // So the dirty bit of a free page never changes, but any read of the bitmaps before a
 // successful claim may be stale: between the read and the compare-and-swap, another thread can
 // claim the pages, write them and release them, leaving free_pages as it was. Such reads only
@@ -133,6 +144,9 @@ struct Chunk {
   Chunk* reg_prev;
   Span* page_span[kPagesPerChunk];         // page -> its span; &spans[0] (never used): no span
   Span spans[kPagesPerChunk];              // descriptor of the span starting at page i; [0] unused
+  // OS pages of a dirty page that held data (Page state). After the descriptors: page_span's
+  // lines are read by every free, and these are written at each span's claim and release.
+  std::atomic<std::uint16_t> os_pages[kPagesPerChunk];
 
   char* page_address(unsigned i) { return reinterpret_cast<char*>(this) + (std::size_t{i} << kPageShift); }
   BRISK_ALWAYS_INLINE Span* span_of(std::uintptr_t p) {
@@ -156,18 +170,33 @@ void chunk_list_remove(Chunk*& head, Chunk* c);
 // Prefers the run with the most pages still resident from an earlier use. *dirty, if given: the
 // claimed pages that may hold old data (bit i for page first + i), from the dirty bits the claim
 // itself cleared; 0: all n read as zeros (never used since the chunk was mapped, or purged).
-unsigned chunk_claim_pages(Chunk* c, unsigned n, std::uint64_t* dirty = nullptr);
+// need (one page only, n == 1): how many of the page's first OS pages the caller will touch
+// soon; of the dirty free pages whose first `need` OS pages all held data, the one with the
+// fewest others that did (leaving pages resident whole to spans that need them whole), else
+// the one with the most of its first `need`. 0: any dirty page.
+unsigned chunk_claim_pages(Chunk* c, unsigned n, std::uint64_t* dirty = nullptr, unsigned need = 0);
 // True if the chunk has a free run of n pages that are still resident, or, for runs of 4 pages
-// or more, at least half resident.
-bool chunk_has_resident_run(Chunk* c, unsigned n);
+// or more, at least half resident; with need (n == 1), a dirty free page whose first `need` OS
+// pages held data.
+bool chunk_has_resident_run(Chunk* c, unsigned n, unsigned need = 0);
 // Claims exactly pages [first, first+n) if all are free: in-place growth of a live block, by
 // any thread (the block keeps the chunk from being freed meanwhile).
 bool chunk_claim_pages_at(Chunk* c, unsigned first, unsigned n);
 // Test hook, null in production: chunk_claim_pages calls it with the run it chose after reading
 // the bitmaps and before its compare-and-swap, so a test can run another claim at that point.
 extern std::atomic<void (*)(Chunk* c, unsigned first, unsigned n)> g_chunk_claim_test_hook;
-// Returns pages to the chunk. True if the chunk has become entirely free.
-bool chunk_release_pages(Chunk* c, unsigned first, unsigned n);
+// Returns pages to the chunk. True if the chunk has become entirely free. written: the OS pages
+// of the run that may have held data since it was claimed, bit i for its i-th (the pages'
+// os_pages words take them; a run of more than 4 pages counts as all written).
+inline constexpr std::uint64_t kAllWritten = ~std::uint64_t{0};
+bool chunk_release_pages(Chunk* c, unsigned first, unsigned n, std::uint64_t written = kAllWritten);
+// Pages [first, first+n), claimed by the caller, held data in the OS pages in `written` (as
+// chunk_release_pages takes it): their os_pages words take them. For pages that go from one
+// span to another without a release (span_pages.cc's take_stale_kept_page).
+void chunk_note_written(Chunk* c, unsigned first, unsigned n, std::uint64_t written);
+// OS pages in [from, to), inside pages the caller has claimed, were decommitted: their os_pages
+// bits are cleared.
+void chunk_forget_os_pages(Chunk* c, std::uintptr_t from, std::uintptr_t to);
 // Gives the resident memory of free pages back to the OS. Returns bytes. lazy: with MADV_FREE
 // (pages already given back so are skipped); else with MADV_DONTNEED, lazy pages included.
 std::size_t chunk_purge(Chunk* c, std::uint64_t only = ~std::uint64_t{0}, bool lazy = false);
@@ -196,15 +225,18 @@ bool chunk_destroy(Chunk* c);
 // Claims n pages in a live chunk whose page owner is not h, resident pages first: a heap whose
 // own chunks are full uses the free pages of others' before mapping a new chunk.
 // resident_only: runs of pages still resident first (chunk_has_resident_run), then, if no
-// scanned chunk has one, any free run; otherwise any free run at once.
-Chunk* chunk_claim_shared(Heap* h, unsigned n, bool resident_only, unsigned* first, std::uint64_t* dirty);
+// scanned chunk has one, any free run; otherwise any free run at once. need (n == 1): only a
+// chunk with a page that fits it (chunk_claim_pages), nothing else (the claim itself takes
+// another page if that one went meanwhile).
+Chunk* chunk_claim_shared(Heap* h, unsigned n, bool resident_only, unsigned* first, std::uint64_t* dirty,
+                          unsigned need = 0);
 
 // Chunks whose page owner exited. Another heap adopts one before mapping a new chunk.
 void chunk_abandon(Chunk* c);
 Chunk* chunk_adopt(Heap* new_owner);
 // chunk_release_pages for a span's pages; an abandoned chunk that this release empties goes to
 // the chunk cache or the OS.
-void chunk_release_span_pages(Chunk* c, unsigned first, unsigned n);
+void chunk_release_span_pages(Chunk* c, unsigned first, unsigned n, std::uint64_t written = kAllWritten);
 // Frees every abandoned chunk that is empty (brisk_trim, after chunk_purge_all).
 void chunk_destroy_empty_abandoned();
 

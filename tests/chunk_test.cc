@@ -84,6 +84,76 @@ TEST(Chunk, ClaimPrefersTheRunWithTheMostResidentPages) {
   chunk_destroy(c);
 }
 
+// A dirty page is resident only in the OS pages its last span wrote (os_pages in chunk.h): a
+// one-page span that will write 12 OS pages takes the page whose first 12 are all resident,
+// the fewest beyond, not the lowest dirty page; a page claimed clean forgets what it held.
+TEST(Chunk, OnePageClaimTakesThePageResidentWhereItsSpanWillWrite) {
+  Chunk* c = chunk_create(nullptr);
+  ASSERT_NE(c, nullptr);
+  const unsigned one = chunk_claim_pages(c, 1);    // page 1: its span writes 1 OS page
+  const unsigned whole = chunk_claim_pages(c, 1);  // page 2: all 16
+  const unsigned most = chunk_claim_pages(c, 1);   // page 3: 14
+  ASSERT_EQ(one, 1u);
+  ASSERT_EQ(most, 3u);
+  chunk_release_pages(c, one, 1, 0x1);
+  chunk_release_pages(c, whole, 1, 0xffff);
+  chunk_release_pages(c, most, 1, 0x3fff);
+  EXPECT_EQ(c->os_pages[one].load(), 0x1u);
+  EXPECT_TRUE(chunk_has_resident_run(c, 1, 12));
+  EXPECT_TRUE(chunk_has_resident_run(c, 1, 16));
+  std::uint64_t dirty = 0;
+  EXPECT_EQ(chunk_claim_pages(c, 1, &dirty, 12), most) << "page 3 covers 12 with the fewest to spare";
+  EXPECT_EQ(dirty, 1u);
+  EXPECT_EQ(chunk_claim_pages(c, 1, nullptr, 12), whole);
+  EXPECT_FALSE(chunk_has_resident_run(c, 1, 2)) << "page 1 has one resident OS page";
+  EXPECT_EQ(chunk_claim_pages(c, 1, nullptr, 12), one) << "none fits: the one covering the most";
+  EXPECT_EQ(c->os_pages[one].load(), 0x1u) << "claimed dirty: its OS pages are still resident";
+  // A span releasing page 1 having written OS pages 0-3: the record keeps both uses.
+  chunk_release_pages(c, one, 1, 0xf);
+  EXPECT_EQ(c->os_pages[one].load(), 0xfu);
+  // Purged, then claimed: clean, so the record is cleared.
+  ASSERT_EQ(chunk_purge(c, std::uint64_t{1} << one), kPageSize);
+  EXPECT_FALSE(chunk_has_resident_run(c, 1, 1)) << "a purged page is not dirty";
+  dirty = 1;
+  ASSERT_EQ(chunk_claim_pages(c, 1, &dirty, 4), one) << "the lowest free page, as without a need";
+  EXPECT_EQ(dirty, 0u);
+  EXPECT_EQ(c->os_pages[one].load(), 0u);
+  // A decommit inside a claimed page forgets its OS pages.
+  chunk_release_pages(c, one, 1, 0xff);
+  ASSERT_EQ(chunk_claim_pages(c, 1, nullptr, 8), one);
+  const auto base = reinterpret_cast<std::uintptr_t>(c->page_address(one));
+  chunk_forget_os_pages(c, base + 2 * kOsPageSize, base + 6 * kOsPageSize);
+  EXPECT_EQ(c->os_pages[one].load(), 0xc3u);
+  // Without a mask, and for runs of more than 4 pages, a release counts every OS page written.
+  chunk_release_pages(c, one, 1);
+  EXPECT_EQ(c->os_pages[one].load(), 0xffffu);
+  const unsigned run = chunk_claim_pages(c, 5);
+  ASSERT_NE(run, 0u);
+  chunk_release_pages(c, run, 5, 0x1);
+  for (unsigned i = run; i < run + 5; ++i) EXPECT_EQ(c->os_pages[i].load(), 0xffffu) << "page " << i;
+  // A run of 2-4 pages: 16 bits of the mask per page. Claimed again (dirty), its record stays;
+  // a page noted as written without a release (a kept span's page handed on) takes its pages.
+  const unsigned pair = 40;  // never used
+  ASSERT_TRUE(chunk_claim_pages_at(c, pair, 2));
+  EXPECT_EQ(c->os_pages[pair].load(), 0u) << "claimed clean";
+  chunk_release_pages(c, pair, 2, 0x3ffff);
+  EXPECT_EQ(c->os_pages[pair].load(), 0xffffu);
+  EXPECT_EQ(c->os_pages[pair + 1].load(), 0x3u);
+  ASSERT_TRUE(chunk_claim_pages_at(c, pair, 2));
+  EXPECT_EQ(c->os_pages[pair + 1].load(), 0x3u) << "claimed dirty";
+  chunk_note_written(c, pair + 1, 1, 0x30);
+  EXPECT_EQ(c->os_pages[pair + 1].load(), 0x33u);
+  chunk_release_pages(c, pair, 2, 0);
+  ASSERT_EQ(chunk_purge(c, std::uint64_t{3} << pair), 2 * kPageSize);
+  ASSERT_TRUE(chunk_claim_pages_at(c, pair, 2));
+  EXPECT_EQ(c->os_pages[pair].load(), 0u) << "claimed clean after the purge";
+  EXPECT_EQ(c->os_pages[pair + 1].load(), 0u);
+  chunk_release_pages(c, pair, 2);
+  chunk_release_pages(c, most, 1);
+  EXPECT_TRUE(chunk_release_pages(c, whole, 1));
+  chunk_destroy(c);
+}
+
 TEST(Chunk, PurgeDecommitsFreedPagesOnly) {
   Chunk* c = chunk_create(nullptr);
   ASSERT_NE(c, nullptr);

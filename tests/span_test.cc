@@ -21,6 +21,7 @@
 #include "tests/test_util.h"
 #include "threadcache/heap.h"
 #include "threadcache/medium.h"
+#include "threadcache/span_pages.h"
 
 namespace brisk {
 namespace {
@@ -218,6 +219,36 @@ TEST(Span, AKeptSpanInAnotherHeapsChunkGivesItsPageToTheNewSpan) {
   }).join();
 }
 
+// A new one-page span takes a free page resident where its first carve will write, before a
+// lower free page whose last span wrote only its first OS page (core/chunk.h, os_pages): a span
+// of 48 KiB blocks on a page a small class left would fault 11 of its 12 OS pages.
+TEST(Span, ANewSpanTakesTheFreePageResidentWhereItsBlockGoes) {
+  std::thread([] {
+    chunk_purge_all();  // no other free page is resident
+    void* small = brisk_malloc(48);  // a span carving one OS page
+    ASSERT_NE(small, nullptr);
+    std::memset(small, 1, 48);
+    void* m = LeaveTwoResidentFreePages(0x5a);  // two pages free, resident whole
+    ASSERT_NE(m, nullptr);
+    Span* s = span_of(small);
+    const auto a = reinterpret_cast<std::uintptr_t>(s->start), b = reinterpret_cast<std::uintptr_t>(m);
+    ASSERT_EQ(chunk_of(a), chunk_of(b)) << "the test needs both pages in one chunk";
+    ASSERT_LT(a, b) << "the test needs the small span's page below the medium block's";
+    brisk_free(small);
+    {
+      HeapSlowLock lock(t_heap);
+      heap_release_empty_spans(t_heap);  // the small span's page: free, one OS page resident
+    }
+    ASSERT_EQ(s->kind, SpanKind::kUnused);
+    EXPECT_EQ(chunk_of(a)->os_pages[(a >> kPageShift) & (kPagesPerChunk - 1)].load(), 0x1u);
+    void* big = brisk_malloc(48 * 1024);
+    ASSERT_NE(big, nullptr);
+    EXPECT_EQ(span_of(big)->start, m) << "the new span took the page its block would fault in";
+    EXPECT_EQ(static_cast<unsigned char*>(big)[100], 0x5a) << "the block is not on the resident pages";
+    brisk_free(big);
+  }).join();
+}
+
 // A loop that takes a span and a few blocks more of a class and frees them all: the span that
 // empties while another is the class's current span stays as the class's spare, so the next
 // round does not create it again; brisk_thread_collect gives it back.
@@ -408,7 +439,10 @@ TEST(Span, LowMemoryGivesBackTheResidentPagesPastANewSmallSpansFirstCarve) {
   std::thread([] {
     // A fresh thread's chunk: a medium block touched whole and freed, its run given back from
     // the thread's medium cache, leaves its two pages free and resident, the only resident free
-    // run, so the next new span takes them.
+    // run once every other free page is purged (a new span takes, of the free pages resident
+    // where it will write, the one with the fewest resident OS pages: chunk.h's os_pages), so
+    // the next new span takes them.
+    chunk_purge_all();
     void* m = LeaveTwoResidentFreePages(0x77);
     ASSERT_NE(m, nullptr);
     void* b = brisk_malloc(48);

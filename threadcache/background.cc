@@ -175,8 +175,14 @@ std::size_t purge_in_place(Span* s) {
     keep_begin = a & ~(kOsPageSize - 1);
     keep_end = round_to_os_page(a + s->block_size);
   }
-  if (keep_begin > begin) platform::decommit(reinterpret_cast<void*>(begin), keep_begin - begin);
-  if (end > keep_end) platform::decommit(reinterpret_cast<void*>(keep_end), end - keep_end);
+  if (keep_begin > begin) {
+    platform::decommit(reinterpret_cast<void*>(begin), keep_begin - begin);
+    chunk_forget_os_pages(ch, begin, keep_begin);
+  }
+  if (end > keep_end) {
+    platform::decommit(reinterpret_cast<void*>(keep_end), end - keep_end);
+    chunk_forget_os_pages(ch, keep_end, end);
+  }
   // Counted: the pages that may have been resident (the carved part, and the 64 KiB pages it
   // was given resident past it), less the kept ones; not the untouched rest of the span.
   std::uintptr_t carved_end = round_to_os_page(reinterpret_cast<std::uintptr_t>(s->start) + s->carved_bytes());

@@ -95,23 +95,38 @@ bool release_oldest_retained(Heap* h);
 bool release_retained_fitting(Heap* h, unsigned pages);
 Chunk* take_stale_kept_page(Heap* h, unsigned* first_out, std::uint64_t* dirty);
 
-// Pages for a new span, from the first of: resident free pages in this heap's chunks; (for a
-// small span) those of an emptied span kept for another class; resident free pages in other
-// heaps' chunks, else any free run in them; an abandoned chunk (adopted); any free pages in
+// Pages for a new span, from the first of: resident free pages in this heap's chunks (for a
+// one-page span, one resident where its first carves will write first: chunk.h's os_pages);
+// (for a small span) those of an emptied span kept for another class; resident free pages in
+// other heaps' chunks (the same way), else any free run in them; an abandoned chunk (adopted); any free pages in
 // this heap's chunks; the same after taking the frees queued to other heaps; a new chunk.
 // Resident pages first everywhere, since a fresh page costs a fault;
 // and other heaps' free pages before a new chunk, so free memory is not stranded in chunks
 // that only their own heap would reuse (the realloc-chain workload shows the difference in
 // resident memory).
-Chunk* claim_pages_for_span(Heap* h, unsigned pages, bool small, unsigned* first_out, std::uint64_t* dirty) {
+Chunk* claim_pages_for_span(Heap* h, unsigned pages, bool small, unsigned need, unsigned* first_out,
+                            std::uint64_t* dirty) {
   Chunk* ch = nullptr;
   unsigned first = 0;
+  // resident_only: a chunk with a resident run; for a one-page span (need > 0), the first one
+  // with a page whose first `need` OS pages are resident (chunk.h's os_pages: a dirty page is
+  // often resident only where its last span carved), else the first with any resident page.
+  // The page chosen in a chunk is the one that covers the need best.
   auto claim_own = [&](bool resident_only) {
+    Chunk* resident = nullptr;
     for (Chunk* c = h->chunks; c != nullptr; c = c->next) {
       if (c->free_pages.load(std::memory_order_relaxed) == 0) continue;
+      if (resident_only && need > 0 && !chunk_has_resident_run(c, pages, need)) {
+        if (resident == nullptr && chunk_has_resident_run(c, pages)) resident = c;
+        continue;
+      }
       if (resident_only && !chunk_has_resident_run(c, pages)) continue;
-      first = chunk_claim_pages(c, pages, dirty);
+      first = chunk_claim_pages(c, pages, dirty, need);
       if (first != 0) return c;
+    }
+    if (resident != nullptr) {
+      first = chunk_claim_pages(resident, pages, dirty, need);
+      if (first != 0) return resident;
     }
     return static_cast<Chunk*>(nullptr);
   };
@@ -124,6 +139,7 @@ Chunk* claim_pages_for_span(Heap* h, unsigned pages, bool small, unsigned* first
   if (ch == nullptr && small && release_retained_fitting(h, pages)) ch = claim_own(true);
   // So do one-page spans kept for classes the thread has left (take_stale_kept_page).
   if (ch == nullptr && small && pages == 1) ch = take_stale_kept_page(h, &first, dirty);
+  if (ch == nullptr && need > 0) ch = chunk_claim_shared(h, pages, true, &first, dirty, need);
   if (ch == nullptr) ch = chunk_claim_shared(h, pages, true, &first, dirty);
   if (ch == nullptr) {
     Chunk* c = chunk_adopt(h);
@@ -157,10 +173,11 @@ Chunk* claim_pages_for_span(Heap* h, unsigned pages, bool small, unsigned* first
 
 }  // namespace
 
-Span* span_create(Heap* h, unsigned pages, std::uint64_t* dirty, bool small) {
+Span* span_create(Heap* h, unsigned pages, std::uint64_t* dirty, bool small, unsigned need) {
   unsigned first = 0;
   Chunk* ch = nullptr;
-  for (int attempt = 0; attempt < 4 && ch == nullptr; ++attempt) ch = claim_pages_for_span(h, pages, small, &first, dirty);
+  for (int attempt = 0; attempt < 4 && ch == nullptr; ++attempt)
+    ch = claim_pages_for_span(h, pages, small, pages == 1 ? need : 0, &first, dirty);
   if (ch == nullptr) return nullptr;
   Span* s = &ch->spans[first];
   s->first_page = static_cast<std::uint8_t>(first);
@@ -205,6 +222,7 @@ std::uint64_t purge_span_tail(Heap* h, Span* s, unsigned c, std::uint64_t dirty)
   if ((dirty >> first_page) == 0) return dirty;  // the tail never held data: it is not resident
   if (((dirty & ~recently_released_pages(h, s, c)) >> first_page) == 0) return dirty;  // hot: kept
   platform::decommit(reinterpret_cast<void*>(from), end - from);
+  chunk_forget_os_pages(chunk_of(start), from, end);
   return dirty & ((std::uint64_t{2} << first_page) - 1);
 }
 
@@ -221,7 +239,9 @@ static_assert(max_small_span_pages() <= 8 && kMaxSmallSpanPages <= 8, "Span::res
 Span* span_new_small(Heap* h, unsigned c) {
   const SizeClassInfo& info = kClasses[c];
   std::uint64_t dirty = 0;
-  Span* s = span_create(h, info.span_pages, &dirty, true);
+  // What its first carves touch: the first block's OS pages (the first OS page for classes up to 4 KiB).
+  const auto need = static_cast<unsigned>(round_to_os_page(info.size < kPageSize ? info.size : kPageSize) / kOsPageSize);
+  Span* s = span_create(h, info.span_pages, &dirty, true, need);
   if (s == nullptr) return nullptr;
   if (dirty != 0 && options::get(options::Id::kPurgeSpanTails) != 0) dirty = purge_span_tail(h, s, c, dirty);
   store_shared(s->resident_pages, static_cast<std::uint8_t>(dirty));
@@ -255,12 +275,30 @@ void reset_span(Span* s) {
 
 }  // namespace
 
+namespace {
+
+// The OS pages of s that may have held data since its pages were claimed (bit i for its i-th),
+// for its chunk's os_pages record (chunk.h): a small span's carved part (carve writes every
+// block start, and a block's user writes within it; pages resident past it from an earlier use
+// keep their record), a medium block's pages all. Exact for blocks of up to 4 KiB, whose carved
+// part has a block start in every OS page; an upper bound for larger ones, which a program may
+// write only in part (asking the kernel with mincore at each such release made larson take 1.5x
+// its time).
+std::uint64_t written_os_pages(const Span* s) {
+  if (s->kind != SpanKind::kSmall) return kAllWritten;
+  const std::size_t os_pages = round_to_os_page(s->carved_bytes()) / kOsPageSize;
+  return os_pages >= 64 ? kAllWritten : (std::uint64_t{1} << os_pages) - 1;
+}
+
+}  // namespace
+
 // Resets a span's descriptor and gives its pages back to the chunk.
 void release_span_pages(Span* s) {
   Chunk* ch = chunk_of(reinterpret_cast<std::uintptr_t>(s->start));
   unsigned first = s->first_page, count = s->page_count;
+  const std::uint64_t written = written_os_pages(s);
   reset_span(s);
-  chunk_release_span_pages(ch, first, count);
+  chunk_release_span_pages(ch, first, count, written);
 }
 
 std::size_t heap_release_spares(Heap* h) {
@@ -415,8 +453,10 @@ Chunk* take_stale_kept_page(Heap* h, unsigned* first_out, std::uint64_t* dirty) 
   heap_unlink_span(h, s);
   *first_out = s->first_page;
   if (dirty != nullptr) *dirty = 1;  // the page held the class's carved blocks
+  Chunk* ch = chunk_of(reinterpret_cast<std::uintptr_t>(s->start));
+  chunk_note_written(ch, s->first_page, 1, written_os_pages(s));
   reset_span(s);
-  return chunk_of(reinterpret_cast<std::uintptr_t>(s->start));
+  return ch;
 }
 
 // Gives back the span of the class kept longest ago, if still empty. False: none is kept.

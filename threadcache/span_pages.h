@@ -14,8 +14,9 @@ namespace brisk {
 // A span of `pages` pages with its descriptor set up (pages and start), not yet given a kind or
 // an owner. dirty (optional): set to the pages that may hold old data, bit i for the span's page
 // i (0: every page reads as zeros). nullptr: no memory.
-// small: for a small class (may take the pages of a span kept empty for another class).
-Span* span_create(Heap* h, unsigned pages, std::uint64_t* dirty = nullptr, bool small = false);
+// small: for a small class (may take the pages of a span kept empty for another class). need
+// (one-page spans): the OS pages its first carves touch (chunk_claim_pages).
+Span* span_create(Heap* h, unsigned pages, std::uint64_t* dirty = nullptr, bool small = false, unsigned need = 0);
 // By h's owner, at each alloc_refill of class c: counts the refill (Heap::refills, refilled_at)
 // and adapts how stale a kept span must be before a new span of another class takes its page
 // (span_pages.cc's take_stale_kept_page): a class whose kept span was taken and that refills
