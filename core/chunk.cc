@@ -102,6 +102,11 @@ std::uint16_t need_mask(unsigned need) {
   return need >= kPageSize / kOsPageSize ? std::uint16_t{0xffff} : static_cast<std::uint16_t>((1u << need) - 1);
 }
 
+// Whether page i's record has every OS page of `want` (need_mask) as held.
+bool covers(const Chunk* c, unsigned i, std::uint16_t want) {
+  return (c->os_pages[i].load(std::memory_order_relaxed) & want) == want;
+}
+
 // Of the pages in `candidates` (free and dirty, as read), the one chunk_claim_pages' need rule
 // picks; 0 if there is none. *fits: its first `need` OS pages all held data.
 unsigned best_page_for(Chunk* c, std::uint64_t candidates, unsigned need, bool* fits) {
@@ -145,7 +150,7 @@ bool chunk_has_resident_run(Chunk* c, unsigned n, unsigned need) {
     std::uint64_t candidates =
         c->free_pages.load(std::memory_order_relaxed) & c->dirty_pages.load(std::memory_order_relaxed);
     for (; candidates != 0; candidates &= candidates - 1)
-      if ((c->os_pages[__builtin_ctzll(candidates)].load(std::memory_order_relaxed) & want) == want) return true;
+      if (covers(c, static_cast<unsigned>(__builtin_ctzll(candidates)), want)) return true;
     return false;
   }
   // Called for every chunk a heap scans (up to the registry's 128 under its lock): it stops at

@@ -96,10 +96,11 @@ bool release_retained_fitting(Heap* h, unsigned pages);
 Chunk* take_stale_kept_page(Heap* h, unsigned* first_out, std::uint64_t* dirty);
 
 // Pages for a new span, from the first of: resident free pages in this heap's chunks (for a
-// one-page span, one resident where its first carves will write first: chunk.h's os_pages);
+// one-page span, one resident where its first carve will write first: chunk.h's os_pages);
 // (for a small span) those of an emptied span kept for another class; resident free pages in
-// other heaps' chunks (the same way), else any free run in them; an abandoned chunk (adopted); any free pages in
-// this heap's chunks; the same after taking the frees queued to other heaps; a new chunk.
+// other heaps' chunks (the same way), else any free run in them; an abandoned chunk (adopted);
+// any free pages in this heap's chunks; the same after taking the frees queued to other heaps;
+// a new chunk.
 // Resident pages first everywhere, since a fresh page costs a fault;
 // and other heaps' free pages before a new chunk, so free memory is not stranded in chunks
 // that only their own heap would reuse (the realloc-chain workload shows the difference in
@@ -116,11 +117,10 @@ Chunk* claim_pages_for_span(Heap* h, unsigned pages, bool small, unsigned need, 
     Chunk* resident = nullptr;
     for (Chunk* c = h->chunks; c != nullptr; c = c->next) {
       if (c->free_pages.load(std::memory_order_relaxed) == 0) continue;
-      if (resident_only && need > 0 && !chunk_has_resident_run(c, pages, need)) {
-        if (resident == nullptr && chunk_has_resident_run(c, pages)) resident = c;
+      if (resident_only && !chunk_has_resident_run(c, pages, need)) {
+        if (need > 0 && resident == nullptr && chunk_has_resident_run(c, pages)) resident = c;
         continue;
       }
-      if (resident_only && !chunk_has_resident_run(c, pages)) continue;
       first = chunk_claim_pages(c, pages, dirty, need);
       if (first != 0) return c;
     }
@@ -239,8 +239,9 @@ static_assert(max_small_span_pages() <= 8 && kMaxSmallSpanPages <= 8, "Span::res
 Span* span_new_small(Heap* h, unsigned c) {
   const SizeClassInfo& info = kClasses[c];
   std::uint64_t dirty = 0;
-  // What its first carves touch: the first block's OS pages (the first OS page for classes up to 4 KiB).
-  const auto need = static_cast<unsigned>(round_to_os_page(info.size < kPageSize ? info.size : kPageSize) / kOsPageSize);
+  // What its first carve touches: the first block's OS pages (one for classes up to 4 KiB).
+  const auto need = static_cast<unsigned>(round_to_os_page(info.size) / kOsPageSize);
+  static_assert(kSmallMax <= kPageSize, "a need is at most a page's 16 OS pages");
   Span* s = span_create(h, info.span_pages, &dirty, true, need);
   if (s == nullptr) return nullptr;
   if (dirty != 0 && options::get(options::Id::kPurgeSpanTails) != 0) dirty = purge_span_tail(h, s, c, dirty);
@@ -272,10 +273,6 @@ void reset_span(Span* s) {
   s->present_os_pages = 0;
   s->owner.store(nullptr, std::memory_order_relaxed);
 }
-
-}  // namespace
-
-namespace {
 
 // The OS pages of s that may have held data since its pages were claimed (bit i for its i-th),
 // for its chunk's os_pages record (chunk.h): a small span's carved part (carve writes every
