@@ -43,7 +43,7 @@ namespace {
 constexpr std::uint64_t kMagic = 0x6272697365646267ull;
 
 constexpr std::size_t kHeaderBytes = sizeof(Header);
-static_assert(kHeaderBytes == 96 && kHeaderBytes % kMinAlign == 0, "the user pointer must keep the header's alignment");
+static_assert(kHeaderBytes == 80 && kHeaderBytes % kMinAlign == 0, "the user pointer must keep the header's alignment");
 // A large debug block is a large block of default alignment, which starts one OS page into its
 // 4 MiB region; its user pointer lies at most kHeaderBytes + kMaxAlignment - kMinAlign further
 // on, so still in that region, the one whose region byte names the large block (header_of).
@@ -161,8 +161,8 @@ constexpr const char* kWriteAfterFreeFound = "write after free (found by brisk_c
 
 // The debug heap whose live_lock guards block h, read where the program cannot have damaged it
 // when possible: for a block in a chunk, its span's owner (the debug heap that made it, since a
-// debug heap keeps every span that holds one of its blocks); for a large block, the header's
-// field, trusted only if it names a debug heap. nullptr: the header is damaged.
+// debug heap keeps every span that holds one of its blocks); for a large block, the debug heap
+// whose id the header holds, if there is one. nullptr: the header is damaged.
 DebugHeap* heap_of(const Header* h) {
   auto a = reinterpret_cast<std::uintptr_t>(h);
   if (region_kind(a) == kRegionChunk) {
@@ -170,7 +170,7 @@ DebugHeap* heap_of(const Header* h) {
     return owner != nullptr && owner->is_debug ? static_cast<DebugHeap*>(owner) : nullptr;
   }
   for (DebugHeap* d = first_debug_heap(); d != nullptr; d = d->registry_next)
-    if (d == h->heap) return d;
+    if (d->id == h->heap_id) return d;
   return nullptr;
 }
 
@@ -278,7 +278,7 @@ void header_damaged(const Header* h) {
 
 // Gives the block's memory back to its heap (or the OS). The block is in no list.
 BRISK_ALWAYS_INLINE void free_underlying(Header* h) {
-  char* u = h->underlying;
+  char* u = underlying_of(h);
   store_check(h, 0);
   auto a = reinterpret_cast<std::uintptr_t>(u);
   std::uint8_t kind = region_kind(a);
@@ -424,8 +424,8 @@ void* allocate(std::size_t size, std::size_t alignment, Kind kind, bool zero, Gr
     auto ua = reinterpret_cast<std::uintptr_t>(u);
     std::uintptr_t a = (ua + kHeaderBytes + alignment - 1) & ~(alignment - 1);
     auto* h = reinterpret_cast<Header*>(a - kHeaderBytes);
-    h->heap = d;
-    h->underlying = static_cast<char*>(u);
+    h->heap_id = d->id;
+    h->underlying_offset = static_cast<std::uint32_t>(reinterpret_cast<char*>(h) - static_cast<char*>(u));
     h->user_size = size;
     h->sequence = ++d->sequence;
     h->alloc_thread = thread_number();
@@ -623,7 +623,7 @@ bool realloc_in_place(void* p, std::size_t size) {
   if (size == 0 || size > kLimit || g_realloc_moves.load(std::memory_order_relaxed)) return false;
   // The bytes of the underlying block the resized debug block takes: its alignment slack and
   // header, the user data and the canary.
-  char* u = h->underlying;
+  char* u = underlying_of(h);
   const std::size_t need = static_cast<std::size_t>(user_of(h) - u) + size + kGuardBytes;
   auto ua = reinterpret_cast<std::uintptr_t>(u);
   std::uint8_t kind = region_kind(ua);

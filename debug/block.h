@@ -2,8 +2,8 @@
 //
 // Layout of a debug block inside the block it is carved from (an underlying small or medium
 // block of g_debug_heap, or a large block):
-//   [slack for alignment][Header, 80 bytes][guard, 16 x kGuardByte][user data, user_size]
-//   [canary, 16 x kGuardByte][rest of the underlying block]
+//   [slack for alignment][Header, 72 bytes][guard, 8 x kGuardByte][user data, user_size]
+//   [canary, 8 x kGuardByte][rest of the underlying block]
 // The header ends right at the user pointer, so header_of(p) reads p - kHeaderBytes. The
 // guard catches an underrun, the canary right after the user data an overrun, both of one
 // byte. A new block is filled with kAllocByte (calloc: zeroes), a freed one with kFreedByte,
@@ -19,7 +19,10 @@ namespace brisk::debug {
 inline constexpr std::uint8_t kAllocByte = 0xA5;  // a new block (not calloc's)
 inline constexpr std::uint8_t kFreedByte = 0xDD;  // a freed block, while in quarantine
 inline constexpr std::uint8_t kGuardByte = 0xFD;  // the guard before and the canary after
-inline constexpr std::size_t kGuardBytes = 16;
+// 8 bytes each side: a one-byte overrun or underrun lands in them either way, and every byte
+// of a debug block's overhead counts in small blocks' footprint (a 64 B block with 16-byte
+// guards and an 80-byte header took the 176 B class, with 8 and 72 the 160 B one).
+inline constexpr std::size_t kGuardBytes = 8;
 // Larger alignments (4 MiB and more) get release blocks even in debug mode: a debug block's
 // header is found through the region map, which marks only the 4 MiB region where its large
 // block starts, and a larger alignment could put the user pointer beyond that region.

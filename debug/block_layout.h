@@ -22,14 +22,14 @@ struct Header {
   std::uint64_t check;  // kMagic ^ user address while live, quarantined or kept; else 0
   Header* prev;         // heap's live list, under its live_lock
   Header* next;
-  DebugHeap* heap;      // the debug heap that made the block; its live_lock guards state
-  char* underlying;     // the block this one is carved from
   std::uint64_t user_size;
   std::uint64_t sequence;
   std::uint32_t alloc_thread;
   std::uint32_t free_thread;  // 0 while live
   std::uint32_t alloc_stack;
   std::uint32_t free_stack;
+  std::uint32_t heap_id;            // the id of the debug heap that made the block; its live_lock guards state
+  std::uint32_t underlying_offset;  // bytes from the block this one is carved from to the header (< kMaxAlignment)
   Kind kind;
   State state;
   bool edges_only;  // patterns on the first and last kFillEdgeBytes only (the fill limit)
@@ -58,7 +58,7 @@ BRISK_ALWAYS_INLINE std::uint64_t free_mix(std::uint32_t free_thread, std::uint3
 BRISK_ALWAYS_INLINE std::uint64_t mix_of(const Header* h) {
   std::uint64_t fixed_flags =
       (std::uint64_t{h->edges_only} << 16) | (std::uint64_t{static_cast<std::uint8_t>(h->kind)} << 8);
-  return reinterpret_cast<std::uintptr_t>(h->underlying) ^ rotate_left(reinterpret_cast<std::uintptr_t>(h->heap), 11) ^
+  return std::uint64_t{h->underlying_offset} ^ rotate_left(std::uint64_t{h->heap_id} << 32, 11) ^
          rotate_left(h->user_size, 22) ^ rotate_left(h->sequence, 33) ^ rotate_left(std::uint64_t{h->alloc_thread} << 32, 44) ^
          rotate_left(std::uint64_t{h->alloc_stack} << 32, 55) ^ rotate_left(fixed_flags, 5) ^
          free_mix(h->free_thread, h->free_stack, h->state);
@@ -71,6 +71,10 @@ BRISK_ALWAYS_INLINE void seal(Header* h) { h->checksum = checksum_of(h); }
 
 // The user data, right after the header.
 inline char* user_of(const Header* h) { return reinterpret_cast<char*>(const_cast<Header*>(h)) + sizeof(Header); }
+// The block this one is carved from (read from a header whose checksum was verified).
+inline char* underlying_of(const Header* h) {
+  return reinterpret_cast<char*>(const_cast<Header*>(h)) - h->underlying_offset;
+}
 
 // Every captured stack, stored once (block.cc's capture).
 extern StackDepot g_depot;

@@ -34,9 +34,10 @@ Resized FillAndRealloc(size_t from, size_t to, unsigned char byte) {
 }
 
 // The address of the block that debug block p is carved from.
+static_assert(sizeof(brisk::debug::Header) + 40 + brisk::debug::kGuardBytes == 128, "the in-place resizes below");
 std::uintptr_t underlying_of(void* p) {
   using brisk::debug::Header;
-  return reinterpret_cast<std::uintptr_t>(reinterpret_cast<Header*>(static_cast<char*>(p) - sizeof(Header))->underlying);
+  return reinterpret_cast<std::uintptr_t>(brisk::debug::underlying_of(reinterpret_cast<Header*>(static_cast<char*>(p) - sizeof(Header))));
 }
 
 // realloc gives the new block the new pattern only past the bytes it copies (the copy would
@@ -89,7 +90,7 @@ TEST_F(DebugMode, AReallocatedBlockHoldsTheOldBytesThenTheNewPatternThenItsCanar
 TEST_F(DebugMode, AReallocWithRoomResizesInPlaceAndMovesTheCanary) {
   const struct {
     size_t from, to;
-  } resizes[] = {{40, 48},
+  } resizes[] = {{32, 40},  // 80 + 32 + 8 = 120 B in the 128 B class, which holds 40 as well
                  {48, 24},
                  {70000, 70100},
                  {200000, 80000},
@@ -215,10 +216,10 @@ TEST_F(DebugMode, AResizeInPlaceAcrossTheFillLimitMovesTheFilledParts) {
 // A new[] block reallocated (a misuse, reported) is a malloc block afterwards, as a moved one
 // would be: freeing it with free is no second misuse.
 TEST_F(DebugMode, ABlockReallocatedInPlaceIsAMallocBlock) {
-  void* p = brisk::debug::allocate(40, 16, brisk::debug::Kind::kNewArray, false);
+  void* p = brisk::debug::allocate(32, 16, brisk::debug::Kind::kNewArray, false);
   ASSERT_NE(p, nullptr);
-  void* q = brisk_realloc(p, 44);
-  ASSERT_EQ(q, p) << "40 -> 44 moved";
+  void* q = brisk_realloc(p, 36);  // within the 128 B class, as the resize test's 32 -> 40
+  ASSERT_EQ(q, p) << "32 -> 36 moved";
   EXPECT_EQ(ReportCount(), 1) << Reports();
   brisk_free(q);
   EXPECT_EQ(ReportCount(), 1) << "the free of the reallocated block was reported as well:\n" << Reports();
