@@ -424,6 +424,7 @@ void* allocate(std::size_t size, std::size_t alignment, Kind kind, bool zero, Gr
     auto ua = reinterpret_cast<std::uintptr_t>(u);
     std::uintptr_t a = (ua + kHeaderBytes + alignment - 1) & ~(alignment - 1);
     auto* h = reinterpret_cast<Header*>(a - kHeaderBytes);
+    static_assert(kMaxAlignment - kMinAlign <= UINT32_MAX, "underlying_offset holds the alignment slack");
     h->heap_id = d->id;
     h->underlying_offset = static_cast<std::uint32_t>(reinterpret_cast<char*>(h) - static_cast<char*>(u));
     h->user_size = size;

@@ -37,6 +37,7 @@ struct Header {
   std::uint32_t checksum;  // over every field but check, prev, next and itself
   std::uint8_t guard[kGuardBytes];
 };
+static_assert(offsetof(Header, guard) + kGuardBytes == sizeof(Header), "the guard ends at the user data");
 // The header's checksum, sealed at allocation and free and checked at free, at quarantine exit
 // and by brisk_check_heap. Each field rotated by its own amount (a bijection), xored: a change
 // to any one field changes the result, and rotations not a multiple of 8 keep a byte pattern
@@ -56,8 +57,8 @@ BRISK_ALWAYS_INLINE std::uint64_t free_mix(std::uint32_t free_thread, std::uint3
   return rotate_left(free_thread, 44) ^ rotate_left(free_stack, 55) ^ rotate_left(static_cast<std::uint8_t>(state), 5);
 }
 BRISK_ALWAYS_INLINE std::uint64_t mix_of(const Header* h) {
-  std::uint64_t fixed_flags =
-      (std::uint64_t{h->edges_only} << 16) | (std::uint64_t{static_cast<std::uint8_t>(h->kind)} << 8);
+  std::uint64_t fixed_flags = (std::uint64_t{h->reserved} << 24) | (std::uint64_t{h->edges_only} << 16) |
+                              (std::uint64_t{static_cast<std::uint8_t>(h->kind)} << 8);
   return std::uint64_t{h->underlying_offset} ^ rotate_left(std::uint64_t{h->heap_id} << 32, 11) ^
          rotate_left(h->user_size, 22) ^ rotate_left(h->sequence, 33) ^ rotate_left(std::uint64_t{h->alloc_thread} << 32, 44) ^
          rotate_left(std::uint64_t{h->alloc_stack} << 32, 55) ^ rotate_left(fixed_flags, 5) ^

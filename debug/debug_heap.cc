@@ -34,7 +34,11 @@ DebugHeap* make_debug_heap() {
   auto* d = new (g_slab_cursor) DebugHeap();
   g_slab_cursor += kHeapBytes;
   // Outgoing batches are slotted by the destination's id: distinct ids spread the debug heaps.
-  d->id = g_next_id++;
+  // Sparse (the count times an odd constant: distinct, never 0, and a permutation of the low
+  // bits the slots use): a large debug block's header names its heap by id, and a small
+  // integer written over it must not name another heap, whose lock and live list a report
+  // would then take (heap_of in block.cc).
+  d->id = g_next_id++ * 0x9E3779B1u;
   d->registry_next = g_registry.load(std::memory_order_relaxed);
   g_registry.store(d, std::memory_order_release);
   return d;

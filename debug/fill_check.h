@@ -122,7 +122,7 @@ namespace detail {
 bool damage_found(const void* block, std::size_t size, std::uint8_t pattern, std::size_t first, FillDamage* damage);
 
 // Blocks of 0..kInlineCheckMax bytes: overlapping stores of the widest word that fits, as the
-// check's loads. A debug block's 16-byte guard and canary and its small user data are filled
+// check's loads. A debug block's 8-byte guard and canary and its small user data are filled
 // at every allocation and free: a call to memset cost more than the stores.
 BRISK_ALWAYS_INLINE void fill_up_to_64(std::uint8_t* p, std::size_t n, std::uint8_t pattern) {
   auto store = [](std::uint8_t* at, auto v) { std::memcpy(at, &v, sizeof v); };

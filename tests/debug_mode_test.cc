@@ -671,8 +671,8 @@ TEST_F(DebugMode, TheBackgroundPassEmptiesTheQuarantineOfAThreadThatStoppedFreei
 }
 
 // A debug heap also takes partly used spans of exited threads (central pools), whose live
-// release blocks are freed the release way. Telling them from debug blocks must not read the 96
-// bytes before the pointer, which belong to the block before it, another thread's data (a
+// release blocks are freed the release way. Telling them from debug blocks must not read the
+// header's bytes before the pointer, which belong to the block before it, another thread's data (a
 // ThreadSanitizer race in the switching test below): a debug block's user pointer is never a
 // block start. Here that neighbour holds what a debug header's check word would: the free is
 // still a release free, with no report (before, it was taken for a debug block and reported).
@@ -715,7 +715,7 @@ TEST_F(DebugMode, AReleaseBlockInADebugHeapsSpanIsFreedTheReleaseWayWhateverItsN
   }
   ASSERT_NE(victim, nullptr);
   const uint64_t check = kMagic ^ reinterpret_cast<uintptr_t>(victim);
-  std::memcpy(victim - 96, &check, sizeof check);  // the neighbour's own bytes
+  std::memcpy(victim - sizeof(brisk::debug::Header), &check, sizeof check);  // the neighbour's own bytes
   brisk_free(victim);
   EXPECT_EQ(ReportCount(), 0) << Reports();
   for (char* r : released)

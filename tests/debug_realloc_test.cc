@@ -33,8 +33,9 @@ Resized FillAndRealloc(size_t from, size_t to, unsigned char byte) {
   return {p, static_cast<unsigned char*>(brisk_realloc(p, to))};
 }
 
-// The address of the block that debug block p is carved from.
 static_assert(sizeof(brisk::debug::Header) + 40 + brisk::debug::kGuardBytes == 128, "the in-place resizes below");
+
+// The address of the block that debug block p is carved from.
 std::uintptr_t underlying_of(void* p) {
   using brisk::debug::Header;
   return reinterpret_cast<std::uintptr_t>(brisk::debug::underlying_of(reinterpret_cast<Header*>(static_cast<char*>(p) - sizeof(Header))));
