@@ -20,8 +20,8 @@ inline constexpr std::uint8_t kAllocByte = 0xA5;  // a new block (not calloc's)
 inline constexpr std::uint8_t kFreedByte = 0xDD;  // a freed block, while in quarantine
 inline constexpr std::uint8_t kGuardByte = 0xFD;  // the guard before and the canary after
 // 8 bytes each side: a one-byte overrun or underrun lands in them either way, and every byte
-// of a debug block's overhead counts in small blocks' footprint (a 64 B block with 16-byte
-// guards and an 80-byte header took the 176 B class, with 8 and 72 the 160 B one).
+// of a debug block's overhead counts in small blocks' footprint (a 64 B block takes the 160 B
+// class with these and the 72-byte header, the 176 B one with 16-byte guards and 80).
 inline constexpr std::size_t kGuardBytes = 8;
 // Larger alignments (4 MiB and more) get release blocks even in debug mode: a debug block's
 // header is found through the region map, which marks only the 4 MiB region where its large

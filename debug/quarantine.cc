@@ -93,26 +93,20 @@ std::size_t Quarantine::take_excess(QuarantinedBlock* out, std::size_t capacity)
   return n;
 }
 
-std::size_t Quarantine::drain(QuarantinedBlock* out, std::size_t capacity) {
-  std::size_t n = 0;
-  for (Shard& shard : shards_) {
-    LockGuard guard(shard.lock);
-    while (n < capacity && shard.count > 0) out[n++] = pop_oldest(shard);
-  }
-  return n;
-}
-
 std::size_t Quarantine::shard_count(unsigned shard) {
   LockGuard guard(shards_[shard].lock);
   return shards_[shard].count;
 }
 
-std::size_t Quarantine::drain_shard(unsigned shard, QuarantinedBlock* out, std::size_t capacity) {
-  Shard& s = shards_[shard];
-  LockGuard guard(s.lock);
+std::size_t Quarantine::pop_up_to(Shard& shard, QuarantinedBlock* out, std::size_t capacity) {
   std::size_t n = 0;
-  while (n < capacity && s.count > 0) out[n++] = pop_oldest(s);
+  while (n < capacity && shard.count > 0) out[n++] = pop_oldest(shard);
   return n;
+}
+
+std::size_t Quarantine::drain_shard(unsigned shard, QuarantinedBlock* out, std::size_t capacity) {
+  LockGuard guard(shards_[shard].lock);
+  return pop_up_to(shards_[shard], out, capacity);
 }
 
 std::size_t Quarantine::take_idle(QuarantinedBlock* out, std::size_t capacity, std::uint64_t now_ms,
@@ -128,7 +122,7 @@ std::size_t Quarantine::take_idle(QuarantinedBlock* out, std::size_t capacity, s
     // A caller with an older clock reading than the last one seen (two passes at once) finds
     // nothing idle.
     if (now_ms < shard.active_ms || now_ms - shard.active_ms < idle_ms) continue;
-    while (n < capacity && shard.count > 0) out[n++] = pop_oldest(shard);
+    n += pop_up_to(shard, out + n, capacity - n);
   }
   return n;
 }

@@ -16,7 +16,6 @@
 //                                       caller checks each evicted block's freed pattern and
 //                                       really frees it. push(block, bytes, ...): one block.
 //   take_excess(out, cap)               the rest, when push's cap was too small.
-//   drain(out, cap)                     takes blocks out of every shard, oldest first per shard.
 //   shard_count(i) / drain_shard(i, ...) the blocks in shard i now; takes up to cap of them out,
 //                                       oldest first (brisk_trim takes what each held when it
 //                                       began, so threads that go on freeing cannot keep it going).
@@ -63,7 +62,6 @@ class Quarantine {
     return push(&one, 1, evicted, capacity);
   }
   std::size_t take_excess(QuarantinedBlock* out, std::size_t capacity);
-  std::size_t drain(QuarantinedBlock* out, std::size_t capacity);
   std::size_t shard_count(unsigned shard);
   std::size_t drain_shard(unsigned shard, QuarantinedBlock* out, std::size_t capacity);
   std::size_t take_idle(QuarantinedBlock* out, std::size_t capacity, std::uint64_t now_ms, std::uint64_t idle_ms);
@@ -96,6 +94,8 @@ class Quarantine {
   Shard& my_shard();
   // The shard's oldest block, taken out. The shard's lock is held and it is not empty.
   QuarantinedBlock pop_oldest(Shard& shard);
+  // Up to capacity of the shard's blocks, oldest first, into out; the shard's lock is held.
+  std::size_t pop_up_to(Shard& shard, QuarantinedBlock* out, std::size_t capacity);
   // Whether push and take_excess take another block out (the shard's lock is held).
   bool over_budget(const Shard& shard) const;
 
