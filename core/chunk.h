@@ -40,6 +40,8 @@
 //                keeps it for a dirty one (still resident), and a decommit inside a claimed page
 //                clears its bits (chunk_forget_os_pages). Meaningful only while the page's
 //                dirty bit is set; a hint, like the bitmaps (a lazy purge leaves it as it was).
+//                Read by claims, and by the claimer's carving (span_pages.cc: an OS page it
+//                records as unwritten is asked of the kernel before the carve writes it).
 // So the dirty bit of a free page never changes, but any read of the bitmaps before a
 // successful claim may be stale: between the read and the compare-and-swap, another thread can
 // claim the pages, write them and release them, leaving free_pages as it was. Such reads only

@@ -31,6 +31,13 @@ void decommit(void* p, std::size_t size);
 // fault. So they read as either their old data or zeros. Falls back to decommit where MADV_FREE
 // is missing.
 void lazy_free(void* p, std::size_t size);
+// Makes the pages of [p, p+size), private anonymous memory the caller is about to write, present
+// and writable now (Linux MADV_POPULATE_WRITE, 5.14 and later): one system call instead of a
+// page fault per page. Their contents do not change. False: not done, or only in part (the
+// kernel lacks the advice or a filter refuses it, after which every call returns false at once;
+// or it had no memory for them, or was interrupted); the caller's writes then fault the rest in
+// as they would have. errno is left as it was.
+bool populate(void* p, std::size_t size);
 // Grows or shrinks a mapping without moving it. False if the neighbouring space is taken.
 bool remap_in_place(void* p, std::size_t old_size, std::size_t new_size);
 // Moves the pages of [old_p, old_p+old_size) to target (which must be a mapping of at least

@@ -24,6 +24,16 @@
 
 extern char** environ;
 
+namespace {
+// <linux/mman.h>'s value (Linux 5.14), for C libraries whose headers predate it (glibc 2.35):
+// the kernel, not the headers, decides whether it is known.
+#ifdef MADV_POPULATE_WRITE
+constexpr int kMadvPopulateWrite = MADV_POPULATE_WRITE;
+#else
+constexpr int kMadvPopulateWrite = 23;
+#endif
+}  // namespace
+
 namespace brisk::platform {
 namespace {
 
@@ -87,6 +97,25 @@ void lazy_free(void* p, std::size_t size) {
   BRISK_ASSERT(reinterpret_cast<std::uintptr_t>(p) % kOsPageSize == 0 && size % kOsPageSize == 0);
   if (madvise(p, size, MADV_FREE) != 0) madvise(p, size, MADV_DONTNEED);  // EINVAL before Linux 4.5
   stats::g.os_decommit_calls.fetch_add(1, std::memory_order_relaxed);
+}
+
+namespace {
+// Set once madvise has refused MADV_POPULATE_WRITE for good: EINVAL (a kernel before 5.14, which
+// does not know the advice; brisk asks only for pages of its own private read-write mappings, so
+// not for a mapping the advice cannot apply to), ENOSYS or EPERM (a seccomp filter).
+std::atomic<bool> g_populate_refused{false};
+}  // namespace
+
+bool populate(void* p, std::size_t size) {
+  BRISK_ASSERT(reinterpret_cast<std::uintptr_t>(p) % kOsPageSize == 0 && size % kOsPageSize == 0);
+  if (g_populate_refused.load(std::memory_order_relaxed)) return false;
+  int saved_errno = errno;
+  bool done = madvise(p, size, kMadvPopulateWrite) == 0;
+  if (!done && (errno == EINVAL || errno == ENOSYS || errno == EPERM))
+    g_populate_refused.store(true, std::memory_order_relaxed);
+  errno = saved_errno;
+  if (done) stats::g.os_populate_calls.fetch_add(1, std::memory_order_relaxed);
+  return done;
 }
 
 bool barrier_all_threads() {

@@ -63,7 +63,9 @@ struct alignas(BRISK_CACHELINE) Span {
   std::uint8_t first_page = 0;
   std::uint8_t page_count = 0;
   // A small span's 64 KiB pages (bit i: page i) that held data when it claimed them and were not
-  // given back then: resident past its carved part, until carving reaches them (statistics).
+  // given back then: resident past its carved part, until carving reaches them (statistics; and
+  // carving asks the kernel for the fresh OS pages it writes only where the bit is clear or the
+  // chunk's os_pages record says so, span_pages.cc).
   std::uint8_t resident_pages = 0;
   // Line 1, the owner's: written by its every malloc and free into the span (free, used) and by
   // its list operations. Apart from line 0, so that a thread freeing a block of the span remotely

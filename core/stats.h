@@ -10,7 +10,7 @@
 
 namespace brisk::stats {
 
-// Counters written at most once per chunk, per thread or per system call: one shared line.
+// Counters written at most once per chunk, per thread or per system call, side by side.
 struct Counters {
   std::atomic<std::uint64_t> chunks_mapped{0};
   std::atomic<std::uint64_t> chunks_cached{0};
@@ -18,6 +18,7 @@ struct Counters {
   std::atomic<std::uint64_t> os_unmap_calls{0};
   std::atomic<std::uint64_t> os_decommit_calls{0};
   std::atomic<std::uint64_t> os_resident_calls{0};  // residency queries: mincore, or a read of pagemap (zero_pages)
+  std::atomic<std::uint64_t> os_populate_calls{0};  // successful platform::populate calls (pages made present ahead of a write)
   std::atomic<std::uint64_t> heaps_live{0};
   std::atomic<std::uint64_t> heaps_total{0};
 };

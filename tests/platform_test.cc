@@ -17,6 +17,7 @@
 
 #include "core/platform.h"
 #include "core/stats.h"
+#include "tests/test_util.h"
 
 namespace brisk {
 namespace {
@@ -136,6 +137,31 @@ TEST(PlatformZeroPages, WithPagemapPresentPagesAreZeroedAndUntouchedOnesLeftAlon
 }
 
 TEST(PlatformZeroPages, WithoutPagemapUntouchedRunsAreDecommitted) { ZeroPagesCheck(false); }
+
+// populate makes untouched pages resident without a write, counts its call, keeps their zeros
+// and leaves errno alone. From Linux 5.14 on it must work; before, it returns false, and keeps
+// returning false without touching anything.
+TEST(Platform, PopulateMakesPagesResidentAndKeepsErrno) {
+  constexpr std::size_t kPages = 8;
+  auto* p = static_cast<unsigned char*>(platform::map(kPages * kOs));
+  ASSERT_NE(p, nullptr);
+  const std::uint64_t calls = stats::g.os_populate_calls.load();
+  errno = 4242;
+  const bool done = platform::populate(p + 2 * kOs, 3 * kOs);
+  EXPECT_EQ(errno, 4242);
+  if (brisk_test::KernelAtLeast(5, 14)) ASSERT_TRUE(done) << "MADV_POPULATE_WRITE failed on a kernel that has it";
+  if (done) {
+    EXPECT_EQ(stats::g.os_populate_calls.load() - calls, 1u);
+    EXPECT_EQ(ResidentPages(p, kPages), 3u);
+    EXPECT_EQ(platform::resident_bytes(p + 2 * kOs, 3 * kOs), 3 * kOs);
+  } else {
+    EXPECT_EQ(stats::g.os_populate_calls.load(), calls);
+    EXPECT_EQ(ResidentPages(p, kPages), 0u);
+    EXPECT_FALSE(platform::populate(p, kOs));
+  }
+  EXPECT_EQ(FirstNonZeroByte(p, kPages * kOs), SIZE_MAX);
+  platform::unmap(p, kPages * kOs);
+}
 
 // The inode of a descriptor, or 0.
 std::uint64_t InodeOf(int fd) {

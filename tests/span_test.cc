@@ -17,7 +17,9 @@
 #include "core/chunk.h"
 #include "core/config.h"
 #include "core/options.h"
+#include "core/platform.h"
 #include "core/size_class.h"
+#include "core/stats.h"
 #include "tests/test_util.h"
 #include "threadcache/heap.h"
 #include "threadcache/medium.h"
@@ -93,6 +95,90 @@ TEST(Span, CarvesOneOsPageAtATimeAndCountsUse) {
     for (void* p : more) brisk_free(p);
     EXPECT_EQ(s->used, used_before);
     brisk_free(first);
+  }).join();
+}
+
+// Carving makes the fresh OS page it is about to write first present with one system call
+// (platform::populate) instead of faulting it in, once per page, at the carve that first
+// reaches it. 1280-byte blocks do not divide 4 KiB: the fourth block crosses into the second
+// OS page and is carved alone, and the next carve starts inside that page. A span on the same
+// page once it held data asks only for the pages past what the last one carved: its chunk's
+// record says the others are in.
+bool PopulateWorksHere() {
+  if (options::get(options::Id::kPopulate) == 0) return false;
+  if (brisk_test::KernelAtLeast(5, 14)) return true;  // the test fails if it does not
+  void* probe = platform::map(kOsPageSize);
+  const bool supported = probe != nullptr && platform::populate(probe, kOsPageSize);
+  if (probe != nullptr) platform::unmap(probe, kOsPageSize);
+  return supported;
+}
+
+TEST(Span, CarvingAsksTheKernelForTheFreshPagesItWritesFirst) {
+  if (!PopulateWorksHere()) GTEST_SKIP() << "BRISK_POPULATE=0, or a kernel without MADV_POPULATE_WRITE (Linux 5.14)";
+  const bool pages_told_apart = !brisk_test::HugePagesAlways();
+  std::thread([pages_told_apart] {
+    constexpr std::size_t kSize = 1200;  // the 1280-byte class, one-page spans
+    ASSERT_EQ(kClasses[size_to_class(kSize)].size, 1280u);
+    chunk_purge_all();  // every free page clean: the new span's page has never been written
+    const std::uint64_t before = stats::g.os_populate_calls.load();
+    auto asked = [before] { return stats::g.os_populate_calls.load() - before; };
+    std::vector<void*> blocks{brisk_malloc(kSize)};
+    Span* s = span_of(blocks[0]);
+    ASSERT_EQ(blocks[0], s->start) << "the test needs a new span, not another thread's orphan";
+    ASSERT_EQ(s->resident_pages, 0u) << "the span's page held data";
+    const auto in = [s](unsigned os_page) {
+      return platform::resident_bytes(s->start + os_page * kOsPageSize, kOsPageSize) == kOsPageSize;
+    };
+    // {blocks handed out, blocks carved, pages asked for, OS pages 0, 1 and 2 in}
+    struct Step { unsigned blocks, carved, asked; bool in0, in1, in2; };
+    for (const Step& step : {Step{1, 3, 1, true, false, false},   // 0, 1280, 2560
+                             Step{4, 4, 2, true, true, false},    // 3840, alone: it ends at 5120
+                             Step{5, 6, 2, true, true, false},    // 5120, 6400: inside the second page
+                             Step{7, 7, 3, true, true, true}}) {  // 7680, alone: it ends at 8960
+      while (blocks.size() < step.blocks) blocks.push_back(brisk_malloc(kSize));
+      SCOPED_TRACE(testing::Message() << step.blocks << " blocks");
+      EXPECT_EQ(s->carved_blocks, step.carved);
+      EXPECT_EQ(asked(), step.asked);
+      EXPECT_EQ(in(0), step.in0);
+      if (pages_told_apart) EXPECT_EQ(in(1), step.in1);
+      if (pages_told_apart) EXPECT_EQ(in(2), step.in2);
+    }
+    for (void* p : blocks) brisk_free(p);
+    {
+      HeapSlowLock lock(t_heap);
+      heap_release_empty_spans(t_heap);  // the page is free, its first three OS pages recorded
+    }
+    ASSERT_EQ(s->kind, SpanKind::kUnused);
+    blocks = {brisk_malloc(kSize)};
+    ASSERT_EQ(blocks[0], s->start) << "the new span did not take the page that held data";
+    while (blocks.size() < 9) blocks.push_back(brisk_malloc(kSize));  // up to 11520, inside page 2
+    EXPECT_EQ(asked(), 3u) << "asked again for pages that are in";
+    blocks.push_back(brisk_malloc(kSize));  // 11520, alone: it ends in the fourth OS page, never written
+    EXPECT_EQ(s->carved_blocks, 10u);
+    EXPECT_EQ(asked(), 4u) << "the fourth OS page, which the record says held no data, was not asked for";
+    for (void* p : blocks) brisk_free(p);
+  }).join();
+}
+
+// Above 4 KiB a carve writes 16 bytes of one block: only a block that starts an OS page asks
+// for it (5120-byte blocks: the first and the fifth, at 20480), the others start inside a page
+// the block before them reaches.
+TEST(Span, CarvingBlocksAbove4KiBAsksOnlyForAPageABlockStarts) {
+  if (!PopulateWorksHere()) GTEST_SKIP() << "BRISK_POPULATE=0, or a kernel without MADV_POPULATE_WRITE (Linux 5.14)";
+  std::thread([] {
+    constexpr std::size_t kSize = 5000;
+    ASSERT_EQ(kClasses[size_to_class(kSize)].size, 5120u);
+    ASSERT_EQ(kClasses[size_to_class(kSize)].span_pages, 1u);
+    chunk_purge_all();
+    const std::uint64_t before = stats::g.os_populate_calls.load();
+    std::vector<void*> blocks;
+    for (int i = 0; i < 6; ++i) blocks.push_back(brisk_malloc(kSize));
+    Span* s = span_of(blocks[0]);
+    ASSERT_EQ(blocks[0], s->start) << "the test needs a new span, not another thread's orphan";
+    ASSERT_EQ(s->resident_pages, 0u) << "the span's page held data";
+    ASSERT_EQ(s->carved_blocks, 6u);
+    EXPECT_EQ(stats::g.os_populate_calls.load() - before, 2u);
+    for (void* p : blocks) brisk_free(p);
   }).join();
 }
 

@@ -6,6 +6,7 @@
 #include <brisk/brisk.h>
 
 #include <sys/mman.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <cstddef>
@@ -22,6 +23,26 @@ inline brisk_stats Stats() {
   std::memset(&s, 0, sizeof s);
   brisk_get_stats(&s);
   return s;
+}
+
+// Whether the running kernel is Linux major.minor or later (uname's release, "6.1.0-..."),
+// for tests of a feature the kernel gained in that release: there it must work, not be skipped.
+inline bool KernelAtLeast(int major, int minor) {
+  utsname u;
+  int ma = 0, mi = 0;
+  if (uname(&u) != 0 || std::sscanf(u.release, "%d.%d", &ma, &mi) != 2) return false;
+  return ma > major || (ma == major && mi >= minor);
+}
+
+// Whether transparent huge pages are on for every anonymous mapping ("[always]"): a first write
+// may then bring in 2 MiB, and a test of which 4 KiB pages are resident cannot tell.
+inline bool HugePagesAlways() {
+  std::FILE* f = std::fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+  if (f == nullptr) return false;
+  char line[128] = {};
+  bool always = std::fgets(line, sizeof line, f) != nullptr && std::strstr(line, "[always]") != nullptr;
+  std::fclose(f);
+  return always;
 }
 
 // Sanitizer builds are 3-20x slower; CMake defines BRISK_TEST_SANITIZED there so counts shrink
