@@ -43,7 +43,7 @@ enum class Id : unsigned {
   kForeignCacheAlways, // BRISK_FOREIGN_CACHE_ALWAYS: 1: a class is kept once refilled, not only while the thread grows in it
   kLargeStashBytes,   // BRISK_LARGE_STASH_BYTES: the largest freed large mapping a thread keeps for its next large block
   kDebugReallocMoves, // BRISK_DEBUG_REALLOC_MOVES: 1: debug mode's realloc moves every block, never resizing in place
-  kPopulate,          // BRISK_POPULATE: 1: carving makes the fresh OS pages it writes present in one madvise
+  kPopulate,          // BRISK_POPULATE: carving makes the fresh OS pages it writes present by madvise, up to this many a call
   kCount
 };
 

@@ -113,22 +113,35 @@ bool PopulateWorksHere() {
   return supported;
 }
 
+// After every free page is made clean: the first block of `size`, pushed on blocks, which must
+// start a new span (not another thread's orphan) on a page never written. nullptr (a failure
+// added) otherwise.
+Span* FirstBlockOfASpanOnACleanPage(std::size_t size, std::vector<void*>& blocks) {
+  chunk_purge_all();
+  blocks.push_back(brisk_malloc(size));
+  Span* s = span_of(blocks.back());
+  if (blocks.back() != s->start) ADD_FAILURE() << "the test needs a new span, not another thread's orphan";
+  else if (s->resident_pages != 0) ADD_FAILURE() << "the span's page held data";
+  else return s;
+  return nullptr;
+}
+
+bool OsPageIn(const Span* s, unsigned os_page) {
+  return platform::resident_bytes(s->start + os_page * kOsPageSize, kOsPageSize) == kOsPageSize;
+}
+
 TEST(Span, CarvingAsksTheKernelForTheFreshPagesItWritesFirst) {
   if (!PopulateWorksHere()) GTEST_SKIP() << "BRISK_POPULATE=0, or a kernel without MADV_POPULATE_WRITE (Linux 5.14)";
   const bool pages_told_apart = !brisk_test::HugePagesAlways();
   std::thread([pages_told_apart] {
     constexpr std::size_t kSize = 1200;  // the 1280-byte class, one-page spans
     ASSERT_EQ(kClasses[size_to_class(kSize)].size, 1280u);
-    chunk_purge_all();  // every free page clean: the new span's page has never been written
     const std::uint64_t before = stats::g.os_populate_calls.load();
     auto asked = [before] { return stats::g.os_populate_calls.load() - before; };
-    std::vector<void*> blocks{brisk_malloc(kSize)};
-    Span* s = span_of(blocks[0]);
-    ASSERT_EQ(blocks[0], s->start) << "the test needs a new span, not another thread's orphan";
-    ASSERT_EQ(s->resident_pages, 0u) << "the span's page held data";
-    const auto in = [s](unsigned os_page) {
-      return platform::resident_bytes(s->start + os_page * kOsPageSize, kOsPageSize) == kOsPageSize;
-    };
+    std::vector<void*> blocks;
+    Span* s = FirstBlockOfASpanOnACleanPage(kSize, blocks);
+    ASSERT_NE(s, nullptr);
+    const auto in = [s](unsigned os_page) { return OsPageIn(s, os_page); };
     // {blocks handed out, blocks carved, pages asked for, OS pages 0, 1 and 2 in}
     struct Step { unsigned blocks, carved, asked; bool in0, in1, in2; };
     for (const Step& step : {Step{1, 3, 1, true, false, false},   // 0, 1280, 2560
@@ -160,6 +173,39 @@ TEST(Span, CarvingAsksTheKernelForTheFreshPagesItWritesFirst) {
   }).join();
 }
 
+// In speed mode (BRISK_POPULATE 4) a span that has carved 4 OS pages asks for the next ones 4
+// at a time: 256-byte blocks, one OS page a carve, ask for pages 0, 1, 2 and 3 one by one, then
+// 4-7, 8-11 and 12-15 in one call each, and a batch's pages are in before their carve.
+TEST(Span, InSpeedModeAGrowingSpanAsksForItsNextPagesFourAtATime) {
+  if (!PopulateWorksHere()) GTEST_SKIP() << "BRISK_POPULATE=0, or a kernel without MADV_POPULATE_WRITE (Linux 5.14)";
+  const brisk_strategy before_strategy = brisk_get_strategy();
+  brisk_set_strategy(BRISK_STRATEGY_SPEED);
+  if (options::get(options::Id::kPopulate) != 4) {
+    brisk_set_strategy(before_strategy);
+    GTEST_SKIP() << "BRISK_POPULATE is set in the environment";
+  }
+  std::thread([] {
+    constexpr std::size_t kSize = 256;
+    const std::uint64_t before = stats::g.os_populate_calls.load();
+    std::vector<void*> blocks;
+    Span* s = FirstBlockOfASpanOnACleanPage(kSize, blocks);
+    ASSERT_NE(s, nullptr);
+    // {OS pages carved, calls so far}
+    for (auto [pages, calls] : {std::pair{1u, 1u}, {4u, 4u}, {5u, 5u}, {8u, 5u}, {9u, 6u}, {16u, 7u}}) {
+      while (blocks.size() < pages * (kOsPageSize / kSize)) blocks.push_back(brisk_malloc(kSize));
+      SCOPED_TRACE(testing::Message() << pages << " OS pages carved");
+      EXPECT_EQ(s->carved_bytes(), pages * kOsPageSize);
+      EXPECT_EQ(stats::g.os_populate_calls.load() - before, calls);
+      if (pages == 5 && !brisk_test::HugePagesAlways()) {
+        for (unsigned p : {5u, 6u, 7u}) EXPECT_TRUE(OsPageIn(s, p)) << "the batch's page " << p << " is not in";
+        EXPECT_FALSE(OsPageIn(s, 8)) << "a page past the batch is in";
+      }
+    }
+    for (void* p : blocks) brisk_free(p);
+  }).join();
+  brisk_set_strategy(before_strategy);
+}
+
 // Above 4 KiB a carve writes 16 bytes of one block: only a block that starts an OS page asks
 // for it (5120-byte blocks: the first and the fifth, at 20480), the others start inside a page
 // the block before them reaches.
@@ -169,13 +215,11 @@ TEST(Span, CarvingBlocksAbove4KiBAsksOnlyForAPageABlockStarts) {
     constexpr std::size_t kSize = 5000;
     ASSERT_EQ(kClasses[size_to_class(kSize)].size, 5120u);
     ASSERT_EQ(kClasses[size_to_class(kSize)].span_pages, 1u);
-    chunk_purge_all();
     const std::uint64_t before = stats::g.os_populate_calls.load();
     std::vector<void*> blocks;
-    for (int i = 0; i < 6; ++i) blocks.push_back(brisk_malloc(kSize));
-    Span* s = span_of(blocks[0]);
-    ASSERT_EQ(blocks[0], s->start) << "the test needs a new span, not another thread's orphan";
-    ASSERT_EQ(s->resident_pages, 0u) << "the span's page held data";
+    Span* s = FirstBlockOfASpanOnACleanPage(kSize, blocks);
+    ASSERT_NE(s, nullptr);
+    while (blocks.size() < 6) blocks.push_back(brisk_malloc(kSize));
     ASSERT_EQ(s->carved_blocks, 6u);
     EXPECT_EQ(stats::g.os_populate_calls.load() - before, 2u);
     for (void* p : blocks) brisk_free(p);
