@@ -160,7 +160,7 @@ constexpr Option kTable[] = {
     // same library with 0 level with the build before on every row. 0: the writes fault them in.
     // Above 1, a span that has carved 4 OS pages asks for the next ones up to this many at a
     // time (a page cost 7.3 us populated alone, 5.7 us in calls of 4): speed's trade, since a
-    // span that stops growing keeps up to 3 pages it never uses. Speed with 4 against speed with
+    // span that stops growing keeps up to n - 1 pages it never uses. Speed with 4 against speed with
     // 1 (7 pairs of the stress suite): churn 0.953 [0.926, 0.968] of the time, xmalloc 0.913
     // [0.909, 1.000], larson 0.973, mstress 0.968, cache-scratch 1.014 [1.004, 1.022]; sh6bench
     // at 1.07x its peak. Balanced with 4 (a draft, against 1): churn 0.945, larson-classic 0.966

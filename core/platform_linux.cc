@@ -24,16 +24,6 @@
 
 extern char** environ;
 
-namespace {
-// <linux/mman.h>'s value (Linux 5.14), for C libraries whose headers predate it (glibc 2.35):
-// the kernel, not the headers, decides whether it is known.
-#ifdef MADV_POPULATE_WRITE
-constexpr int kMadvPopulateWrite = MADV_POPULATE_WRITE;
-#else
-constexpr int kMadvPopulateWrite = 23;
-#endif
-}  // namespace
-
 namespace brisk::platform {
 namespace {
 
@@ -100,6 +90,13 @@ void lazy_free(void* p, std::size_t size) {
 }
 
 namespace {
+// <linux/mman.h>'s value (Linux 5.14), for C libraries whose headers predate it (glibc 2.35):
+// the kernel, not the headers, decides whether it is known.
+#ifdef MADV_POPULATE_WRITE
+constexpr int kMadvPopulateWrite = MADV_POPULATE_WRITE;
+#else
+constexpr int kMadvPopulateWrite = 23;
+#endif
 // Set once madvise has refused MADV_POPULATE_WRITE for good: EINVAL (a kernel before 5.14, which
 // does not know the advice; brisk asks only for pages of its own private read-write mappings, so
 // not for a mapping the advice cannot apply to), ENOSYS or EPERM (a seccomp filter).
