@@ -52,8 +52,9 @@ bool os_page_fresh(const Span* s, const Chunk* ch, std::uintptr_t p) {
 void populate_carved(const Span* s, std::uintptr_t first, std::size_t bytes) {
   const auto n = static_cast<unsigned>(options::get(options::Id::kPopulate));
   if (n == 0) return;
+  const bool up_to_os_page = s->block_size <= kOsPageSize;  // every page the carved blocks reach is asked for
   const std::uintptr_t page = round_to_os_page(first);
-  const std::uintptr_t end = s->block_size <= kOsPageSize ? first + bytes : first + 1;
+  const std::uintptr_t end = up_to_os_page ? first + bytes : first + 1;
   if (page >= end) return;
   BRISK_ASSERT(end - page <= kOsPageSize);
   const Chunk* ch = chunk_of(first);
@@ -61,7 +62,7 @@ void populate_carved(const Span* s, std::uintptr_t first, std::size_t bytes) {
   const auto start = reinterpret_cast<std::uintptr_t>(s->start);
   const auto j = static_cast<unsigned>((page - start) / kOsPageSize);  // the span's OS page
   constexpr unsigned kGrowing = 4;  // OS pages a span carves before its pages go n at a time
-  if (n == 1 || s->block_size > kOsPageSize || j < kGrowing) {
+  if (n == 1 || !up_to_os_page || j < kGrowing) {
     platform::populate(reinterpret_cast<void*>(page), kOsPageSize);
     return;
   }
