@@ -26,6 +26,19 @@ void* map(std::size_t size);
 void* map_aligned(std::size_t size, std::size_t alignment);
 void unmap(void* p, std::size_t size);
 void decommit(void* p, std::size_t size);
+// decommit() of each of n page ranges (n <= kMaxDecommitRanges), in one system call where the
+// kernel allows it: process_madvise(2) on the calling process (PIDFD_SELF_THREAD, Linux 6.15 and
+// later) with MADV_DONTNEED, which since Linux 6.16 flushes the other CPUs' TLBs once for all the
+// ranges instead of once per range. Where the kernel refuses that, this and every later call
+// make one madvise per range (decommit_all_batches() is false from then on). Returns the system
+// calls made. errno is left as it was.
+struct PageRange {
+  void* start;
+  std::size_t size;
+};
+inline constexpr std::size_t kMaxDecommitRanges = 64;
+std::size_t decommit_all(const PageRange* ranges, std::size_t n);
+bool decommit_all_batches();
 // Gives the pages' contents to the kernel to take when it needs memory (Linux MADV_FREE): until
 // it does, the pages stay resident and keep their data, and a write takes them back without a
 // fault. So they read as either their old data or zeros. Falls back to decommit where MADV_FREE

@@ -11,6 +11,7 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -82,6 +83,54 @@ void decommit(void* p, std::size_t size) {
   madvise(p, size, MADV_DONTNEED);
   stats::g.os_decommit_calls.fetch_add(1, std::memory_order_relaxed);
 }
+
+namespace {
+// process_madvise's target, the calling thread (PIDFD_SELF_THREAD, <linux/pidfd.h>, Linux 6.15),
+// whose memory is the process's: no pidfd to open, or to open again in a child of fork, whose
+// pidfd of its parent would name the parent. Not PIDFD_SELF_THREAD_GROUP: that names the main
+// thread, and once the main thread has called pthread_exit the call fails with ESRCH.
+constexpr int kPidfdSelfThread = -10000;
+// Set once process_madvise has refused: EBADF (a kernel before 6.15, which takes the sentinel for
+// a bad descriptor), EINVAL (before 6.13 DONTNEED was not among its advice; also a range it cannot
+// advise, such as locked pages, which then turns batching off for good: harmless, a madvise per
+// range as before), ENOSYS (before 5.10), EPERM (a seccomp filter) or ESRCH.
+std::atomic<bool> g_batch_refused{false};
+}  // namespace
+
+std::size_t decommit_all(const PageRange* ranges, std::size_t n) {
+  BRISK_ASSERT(n <= kMaxDecommitRanges);
+  if (n == 0) return 0;
+  const int saved_errno = errno;
+#ifdef SYS_process_madvise
+  if (n > 1 && !g_batch_refused.load(std::memory_order_relaxed)) {
+    struct iovec iov[kMaxDecommitRanges];
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      BRISK_ASSERT(reinterpret_cast<std::uintptr_t>(ranges[i].start) % kOsPageSize == 0 &&
+                   ranges[i].size % kOsPageSize == 0);
+      iov[i].iov_base = ranges[i].start;
+      iov[i].iov_len = ranges[i].size;
+      total += ranges[i].size;
+    }
+    const long done = syscall(SYS_process_madvise, kPidfdSelfThread, iov, n, MADV_DONTNEED, 0u);
+    const int error = errno;
+    if (done >= 0 && static_cast<std::size_t>(done) == total) {
+      stats::g.os_decommit_calls.fetch_add(1, std::memory_order_relaxed);
+      errno = saved_errno;
+      return 1;
+    }
+    if (done < 0 && (error == EBADF || error == EINVAL || error == ENOSYS || error == EPERM || error == ESRCH))
+      g_batch_refused.store(true, std::memory_order_relaxed);
+    // Refused, or done in part (the kernel stops at a range it cannot advise, or on a signal):
+    // every range once more on its own, which for ranges already done drops nothing new.
+  }
+#endif
+  for (std::size_t i = 0; i < n; ++i) decommit(ranges[i].start, ranges[i].size);
+  errno = saved_errno;
+  return n;
+}
+
+bool decommit_all_batches() { return !g_batch_refused.load(std::memory_order_relaxed); }
 
 void lazy_free(void* p, std::size_t size) {
   BRISK_ASSERT(reinterpret_cast<std::uintptr_t>(p) % kOsPageSize == 0 && size % kOsPageSize == 0);

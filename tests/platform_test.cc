@@ -163,6 +163,30 @@ TEST(Platform, PopulateMakesPagesResidentAndKeepsErrno) {
   platform::unmap(p, kPages * kOs);
 }
 
+// decommit_all drops the pages of every range and only theirs, keeps errno, and on a kernel
+// whose process_madvise takes MADV_DONTNEED for the calling process (6.15) does it in one call.
+TEST(Platform, DecommitAllDropsEveryRangeInOneCallAndKeepsErrno) {
+  constexpr std::size_t kPages = 16;
+  auto* p = static_cast<unsigned char*>(platform::map(kPages * kOs));
+  ASSERT_NE(p, nullptr);
+  std::memset(p, 0x3c, kPages * kOs);
+  const platform::PageRange ranges[] = {{p + 1 * kOs, 2 * kOs}, {p + 5 * kOs, kOs}, {p + 9 * kOs, 4 * kOs}};
+  errno = 4242;
+  const std::size_t calls = platform::decommit_all(ranges, 3);
+  EXPECT_EQ(errno, 4242);
+  // Refused (a seccomp filter, say), the call falls back to a madvise per range, and says so.
+  if (platform::decommit_all_batches()) EXPECT_EQ(calls, 1u) << "the ranges took a system call each";
+  else EXPECT_EQ(calls, 3u);
+  if (brisk_test::KernelAtLeast(6, 15) && !platform::decommit_all_batches())
+    std::fprintf(stderr, "note: process_madvise refused on a 6.15+ kernel; a madvise per range\n");
+  EXPECT_EQ(ResidentPages(p, kPages), kPages - 7);
+  for (std::size_t page = 0; page < kPages; ++page) {
+    const bool dropped = (page >= 1 && page < 3) || page == 5 || (page >= 9 && page < 13);
+    EXPECT_EQ(p[page * kOs + 100], dropped ? 0 : 0x3c) << "page " << page;
+  }
+  platform::unmap(p, kPages * kOs);
+}
+
 // The inode of a descriptor, or 0.
 std::uint64_t InodeOf(int fd) {
   struct stat st;

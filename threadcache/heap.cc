@@ -50,6 +50,7 @@ BRISK_NOINLINE void* alloc_refill(Heap* h, unsigned c, std::size_t size) {
   HeapSlowLock lock(h);
   if (!h->incoming.empty()) heap_drain_incoming(h);
   if (!g_orphan_heap.incoming.empty()) drain_orphans();
+  if (BRISK_UNLIKELY(h->pending_tail_count != 0)) heap_age_span_tails(h);
   Span* s = h->installed[c];
   BRISK_ASSERT(s == &g_empty_span || (s->kind == SpanKind::kSmall && s->size_class == c &&
                                       s->owner.load(std::memory_order_relaxed) == h));
@@ -187,7 +188,7 @@ std::size_t heap_give_back_kept_tried(Heap* h) {
   std::size_t bytes = 0;
   // A heap that stopped serving gave everything back when it detached; a debug heap never stops
   // (debug_switch.h).
-  if (h->serving || h->is_debug) bytes = medium_cache_flush(h) + heap_release_spares(h);
+  if (h->serving || h->is_debug) bytes = medium_cache_flush(h) + heap_release_spares(h) + heap_flush_span_tails(h);
   h->slow_lock.unlock();
   return bytes;
 }

@@ -86,6 +86,17 @@ class alignas(BRISK_CACHELINE) Heap {
     unsigned size_class = 0;
   } recent_releases[kRecentReleases];
   std::uint8_t recent_next = 0;
+  // Span tails waiting to go back to the OS together (BRISK_PURGE_SPAN_TAILS: span_pages.cc's
+  // heap_flush_span_tails), under slow_lock. Each names a span h owns: a span leaving h leaves
+  // this list (heap_unlink_span).
+  static constexpr unsigned kPendingTails = 16;
+  struct PendingTail {
+    Span* span = nullptr;
+    std::uintptr_t from = 0;  // OS-page aligned, inside the span
+    std::uintptr_t end = 0;   // the span's end
+  } pending_tails[kPendingTails];
+  std::uint8_t pending_tail_count = 0;
+  std::uint64_t pending_tails_since_ms = 0;  // when the first of those waiting was added
   std::uint64_t aged_at_ms = 0;          // when the chunks' `aged` sets were taken
   // The owner's checks of its kept spans so far (heap_release_stale_kept_spans, from
   // heap_purge: Span::emptied_at_check), and whether one is under way (the spans it gives back
@@ -324,8 +335,9 @@ void* alloc_with_borrowed_heap(Alloc alloc) {
   return p;
 }
 // For another heap (brisk_trim, the background pass for an idle heap), if its slow lock is free:
-// gives back its medium cache and its classes' spares, which its owner touches only under that
-// lock (unlike its current spans, which its fast paths use without it). Returns the bytes.
+// gives back its medium cache, its classes' spares and its pending span tails, which its owner
+// touches only under that lock (unlike its current spans, which its fast paths use without it).
+// Returns the bytes.
 std::size_t heap_give_back_kept_tried(Heap* h);
 // Test hook, null in production: heap_give_back_kept_tried calls it with h once it holds h's
 // slow lock, so a test can hold that lock there (tests/fork_heap_lock_test.cc).

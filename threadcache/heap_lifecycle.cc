@@ -112,6 +112,8 @@ void heap_reset(Heap* h) {
   for (auto& s : h->spare) s = nullptr;
   for (auto& r : h->recent_releases) r = Heap::RecentRelease{};
   h->recent_next = 0;
+  BRISK_ASSERT(h->pending_tail_count == 0);  // flushed at detach, and nothing carves after it
+  h->pending_tail_count = 0;
   h->retained_count = 0;
   h->retained_next = 0;
   for (auto& s : h->medium_cache) s = nullptr;
@@ -131,6 +133,7 @@ void heap_reset(Heap* h) {
 void heap_detach(Heap* h) {
   HeapSlowLock lock(h);
   h->serving = false;
+  heap_flush_span_tails(h);  // before its spans are released or orphaned, which drops them
   foreign_cache_flush(h);
   heap_flush_outgoing(h);
   // From here on, pushes to h fail and go to the orphan queue.
@@ -171,6 +174,7 @@ void park_debug_heap(Heap* h) {
   heap_drain_incoming(d);
   heap_release_empty_spans(d);
   medium_cache_flush(d);
+  heap_flush_span_tails(d);
 }
 
 void on_thread_exit(void* value) {

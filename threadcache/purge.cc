@@ -25,6 +25,7 @@ std::size_t heap_purge(Heap* h, std::size_t keep) {
   bool age = keep == 0 || now - h->aged_at_ms >= delay;
   if (!age) return 0;
   h->aged_at_ms = now;
+  heap_flush_span_tails(h);  // a purge check sends the span tails waiting for company
   // Only the owner may take a current span away: heap_purge also runs in a remote freer's or
   // the background thread's heap_release_span, under the lock but beside the owner's fast paths.
   // And only under HeapSlowLock (slow_depth counts it), which first rebuilds the spans the idle

@@ -153,6 +153,14 @@ void heap_unlink_span(Heap* h, Span* s) {
   if (s->all_prev != nullptr) s->all_prev->all_next = s->all_next; else h->all_spans = s->all_next;
   if (s->all_next != nullptr) s->all_next->all_prev = s->all_prev;
   s->all_prev = s->all_next = nullptr;
+  // Its pages may be another span's by the next flush: its tail stays as it is (resident, and
+  // counted by its chunk's record like any released page).
+  for (unsigned i = 0; i < h->pending_tail_count; ++i) {
+    if (h->pending_tails[i].span == s) {
+      h->pending_tails[i] = h->pending_tails[--h->pending_tail_count];
+      break;
+    }
+  }
 }
 
 namespace {
@@ -275,21 +283,27 @@ std::uint64_t recently_released_pages(const Heap* h, const Span* s, unsigned c) 
 // needs one span more of a class than it keeps releases and recreates that span every round,
 // and giving its tail back each time made every round fault it in again (48 KiB blocks, 11 a
 // round: 17 us a round against 0.26 in balanced mode). Called under h's slow lock (alloc_refill),
-// which guards recent_releases; the span's pages need none: nothing is carved there yet, and the
-// span is not yet installed or published. Returns the pages of dirty still
-// resident (the one the first carve is in, and those before; all of them when kept).
-std::uint64_t purge_span_tail(Heap* h, Span* s, unsigned c, std::uint64_t dirty) {
+// which guards recent_releases and the pending tails.
+//
+// The tail waits in the heap's pending tails, which go back together (heap_flush_span_tails):
+// a madvise that drops resident pages interrupts every other CPU running the process to flush
+// its TLB, about 90 us a call on the AMD EPYC VM with another thread running, and one
+// process_madvise of 16 ranges costs about what two madvise calls do (platform::decommit_all).
+// Giving each tail back at once made low-memory mode take 3.3x balanced's time on churn. The
+// pages carving reaches meanwhile stay: they are in use, and would have faulted back in.
+void defer_span_tail(Heap* h, Span* s, unsigned c) {
   const SizeClassInfo& info = kClasses[c];
   auto start = reinterpret_cast<std::uintptr_t>(s->start);
   std::uintptr_t from = round_to_os_page(start + info.size);
   std::uintptr_t end = start + (std::size_t{info.span_pages} << kPageShift);
-  if (from >= end) return dirty;  // one block fills the span (the 64 KiB class): no tail
+  if (from >= end) return;  // one block fills the span (the 64 KiB class): no tail
   unsigned first_page = static_cast<unsigned>((from - start) >> kPageShift);  // 64 KiB page of `from`
-  if ((dirty >> first_page) == 0) return dirty;  // the tail never held data: it is not resident
-  if (((dirty & ~recently_released_pages(h, s, c)) >> first_page) == 0) return dirty;  // hot: kept
-  platform::decommit(reinterpret_cast<void*>(from), end - from);
-  chunk_forget_os_pages(chunk_of(start), from, end);
-  return dirty & ((std::uint64_t{2} << first_page) - 1);
+  const std::uint64_t dirty = s->resident_pages;
+  if ((dirty >> first_page) == 0) return;  // the tail never held data: it is not resident
+  if (((dirty & ~recently_released_pages(h, s, c)) >> first_page) == 0) return;  // hot: kept
+  if (h->pending_tail_count == 0) h->pending_tails_since_ms = platform::now_ms();
+  h->pending_tails[h->pending_tail_count++] = Heap::PendingTail{s, from, end};
+  if (h->pending_tail_count == Heap::kPendingTails) heap_flush_span_tails(h);
 }
 
 // The most 64 KiB pages a small span has: Span::resident_pages holds one bit per page.
@@ -310,7 +324,6 @@ Span* span_new_small(Heap* h, unsigned c) {
   static_assert(kSmallMax <= kPageSize, "a need is at most a page's 16 OS pages");
   Span* s = span_create(h, info.span_pages, &dirty, true, need);
   if (s == nullptr) return nullptr;
-  if (dirty != 0 && options::get(options::Id::kPurgeSpanTails) != 0) dirty = purge_span_tail(h, s, c, dirty);
   store_shared(s->resident_pages, static_cast<std::uint8_t>(dirty));
   store_shared(s->used, 0u);
   store_shared(s->carved_blocks, 0u);
@@ -322,7 +335,54 @@ Span* span_new_small(Heap* h, unsigned c) {
   store_shared(s->kind, SpanKind::kSmall);
   s->owner.store(h, std::memory_order_release);
   heap_link_span(h, s);
+  if (dirty != 0 && options::get(options::Id::kPurgeSpanTails) != 0) defer_span_tail(h, s, c);
   return s;
+}
+
+std::atomic<void (*)(Heap* h, unsigned ranges, std::size_t calls)> g_span_tails_flushed_test_hook{nullptr};
+
+void heap_age_span_tails(Heap* h) {
+  // A tail the program has not carved into for a purge delay is one the decay would give back.
+  if (h->pending_tail_count != 0 &&
+      platform::now_ms() - h->pending_tails_since_ms >= static_cast<std::uint64_t>(options::get(options::Id::kPurgeDelayMs)))
+    heap_flush_span_tails(h);
+}
+
+std::size_t heap_flush_span_tails(Heap* h) {
+  const unsigned n = h->pending_tail_count;
+  if (n == 0) return 0;
+  static_assert(Heap::kPendingTails <= platform::kMaxDecommitRanges);
+  platform::PageRange ranges[Heap::kPendingTails];
+  Span* spans[Heap::kPendingTails];
+  unsigned k = 0;
+  for (unsigned i = 0; i < n; ++i) {
+    const Heap::PendingTail& t = h->pending_tails[i];
+    Span* s = t.span;
+    BRISK_ASSERT(s->owner.load(std::memory_order_relaxed) == h && s->kind == SpanKind::kSmall);
+    // No block lies past the carved part (carving is h's, under this lock): the OS pages it has
+    // reached hold blocks and stay.
+    const std::uintptr_t carved = round_to_os_page(reinterpret_cast<std::uintptr_t>(s->start) + s->carved_bytes());
+    const std::uintptr_t from = carved > t.from ? carved : t.from;
+    if (from >= t.end) continue;
+    ranges[k] = platform::PageRange{reinterpret_cast<void*>(from), t.end - from};
+    spans[k++] = s;
+  }
+  h->pending_tail_count = 0;
+  const std::size_t calls = platform::decommit_all(ranges, k);
+  if (auto hook = g_span_tails_flushed_test_hook.load(std::memory_order_relaxed); BRISK_UNLIKELY(hook != nullptr))
+    hook(h, k, calls);
+  std::size_t bytes = 0;
+  for (unsigned i = 0; i < k; ++i) {
+    bytes += ranges[i].size;
+    Span* s = spans[i];
+    const auto from = reinterpret_cast<std::uintptr_t>(ranges[i].start);
+    const auto start = reinterpret_cast<std::uintptr_t>(s->start);
+    chunk_forget_os_pages(chunk_of(start), from, from + ranges[i].size);
+    // The 64 KiB pages past the one `from` is in hold nothing now (carve populates them).
+    const unsigned page = static_cast<unsigned>((from - start) >> kPageShift);
+    store_shared(s->resident_pages, static_cast<std::uint8_t>(s->resident_pages & ((2u << page) - 1)));
+  }
+  return bytes;
 }
 
 namespace {

@@ -33,6 +33,15 @@ inline void heap_note_refill(Heap* h, unsigned c) {
 }
 // A fresh span of small class c owned by h, with nothing carved yet.
 Span* span_new_small(Heap* h, unsigned c);
+// Under h's slow lock: h's pending span tails (BRISK_PURGE_SPAN_TAILS) go back to the OS, all in
+// one system call where the kernel allows it, less the OS pages carving has reached since.
+// Returns their bytes.
+std::size_t heap_flush_span_tails(Heap* h);
+// Under h's slow lock: the same once the first of them has waited BRISK_PURGE_DELAY_MS (each
+// refill asks, while any wait).
+void heap_age_span_tails(Heap* h);
+// Tests: called at each flush with the ranges given back and the system calls that took.
+extern std::atomic<void (*)(Heap* h, unsigned ranges, std::size_t calls)> g_span_tails_flushed_test_hook;
 void carve(Span* s);                       // cuts the next OS page of s into free blocks
 void heap_link_span(Heap* h, Span* s);     // onto h's list of all its spans
 void heap_unlink_span(Heap* h, Span* s);   // off that list
