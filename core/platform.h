@@ -44,6 +44,9 @@ bool decommit_all_batches();
 // fault. So they read as either their old data or zeros. Falls back to decommit where MADV_FREE
 // is missing.
 void lazy_free(void* p, std::size_t size);
+// lazy_free() of each of n page ranges, batched as decommit_all batches (Linux 6.16 batches the
+// TLB flush of MADV_FREE too). Returns the system calls made. errno is left as it was.
+std::size_t lazy_free_all(const PageRange* ranges, std::size_t n);
 // Makes the pages of [p, p+size), private anonymous memory the caller is about to write, present
 // and writable now (Linux MADV_POPULATE_WRITE, 5.14 and later): one system call instead of a
 // page fault per page. Their contents do not change. False: not done, or only in part (the

@@ -95,40 +95,53 @@ constexpr int kPidfdSelfThread = -10000;
 // advise, such as locked pages, which then turns batching off for good: harmless, a madvise per
 // range as before), ENOSYS (before 5.10), EPERM (a seccomp filter) or ESRCH.
 std::atomic<bool> g_batch_refused{false};
-}  // namespace
 
-std::size_t decommit_all(const PageRange* ranges, std::size_t n) {
+// One process_madvise of `advice` over every range; false if the kernel did not do it whole
+// (refused, latched in g_batch_refused, or stopped part way: the caller then advises each range
+// on its own, which for ranges already done drops nothing new). errno is the caller's to keep.
+bool advise_batch(const PageRange* ranges, std::size_t n, int advice) {
+#ifdef SYS_process_madvise
+  if (n < 2 || g_batch_refused.load(std::memory_order_relaxed)) return false;
+  struct iovec iov[kMaxDecommitRanges];
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    BRISK_ASSERT(reinterpret_cast<std::uintptr_t>(ranges[i].start) % kOsPageSize == 0 &&
+                 ranges[i].size % kOsPageSize == 0);
+    iov[i].iov_base = ranges[i].start;
+    iov[i].iov_len = ranges[i].size;
+    total += ranges[i].size;
+  }
+  const long done = syscall(SYS_process_madvise, kPidfdSelfThread, iov, n, advice, 0u);
+  if (done >= 0 && static_cast<std::size_t>(done) == total) {
+    stats::g.os_decommit_calls.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  if (done < 0 && (errno == EBADF || errno == EINVAL || errno == ENOSYS || errno == EPERM || errno == ESRCH))
+    g_batch_refused.store(true, std::memory_order_relaxed);
+#else
+  (void)ranges, (void)n, (void)advice;
+#endif
+  return false;
+}
+
+// `advice` over every range in one call, or `each` over each range; the calls made. errno kept.
+std::size_t advise_all(const PageRange* ranges, std::size_t n, int advice, void (*each)(void*, std::size_t)) {
   BRISK_ASSERT(n <= kMaxDecommitRanges);
   if (n == 0) return 0;
   const int saved_errno = errno;
-#ifdef SYS_process_madvise
-  if (n > 1 && !g_batch_refused.load(std::memory_order_relaxed)) {
-    struct iovec iov[kMaxDecommitRanges];
-    std::size_t total = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      BRISK_ASSERT(reinterpret_cast<std::uintptr_t>(ranges[i].start) % kOsPageSize == 0 &&
-                   ranges[i].size % kOsPageSize == 0);
-      iov[i].iov_base = ranges[i].start;
-      iov[i].iov_len = ranges[i].size;
-      total += ranges[i].size;
-    }
-    const long done = syscall(SYS_process_madvise, kPidfdSelfThread, iov, n, MADV_DONTNEED, 0u);
-    const int error = errno;
-    if (done >= 0 && static_cast<std::size_t>(done) == total) {
-      stats::g.os_decommit_calls.fetch_add(1, std::memory_order_relaxed);
-      errno = saved_errno;
-      return 1;
-    }
-    if (done < 0 && (error == EBADF || error == EINVAL || error == ENOSYS || error == EPERM || error == ESRCH))
-      g_batch_refused.store(true, std::memory_order_relaxed);
-    // Refused, or done in part (the kernel stops at a range it cannot advise, or on a signal):
-    // every range once more on its own, which for ranges already done drops nothing new.
+  std::size_t calls = 1;
+  if (!advise_batch(ranges, n, advice)) {
+    for (std::size_t i = 0; i < n; ++i) each(ranges[i].start, ranges[i].size);
+    calls = n;
   }
-#endif
-  for (std::size_t i = 0; i < n; ++i) decommit(ranges[i].start, ranges[i].size);
   errno = saved_errno;
-  return n;
+  return calls;
 }
+
+}  // namespace
+
+std::size_t decommit_all(const PageRange* ranges, std::size_t n) { return advise_all(ranges, n, MADV_DONTNEED, decommit); }
+std::size_t lazy_free_all(const PageRange* ranges, std::size_t n) { return advise_all(ranges, n, MADV_FREE, lazy_free); }
 
 bool decommit_all_batches() { return !g_batch_refused.load(std::memory_order_relaxed); }
 

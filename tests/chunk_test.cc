@@ -4,6 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <vector>
+
+#include "core/platform.h"
+#include "core/stats.h"
 
 namespace brisk {
 namespace {
@@ -169,6 +173,61 @@ TEST(Chunk, PurgeDecommitsFreedPagesOnly) {
   EXPECT_EQ(c->free_pages.load() & (std::uint64_t{3} << drop), std::uint64_t{3} << drop)
       << "purged pages are free again";
   EXPECT_TRUE(chunk_release_pages(c, keep, 1));
+  chunk_destroy(c);
+}
+
+// n pages of c claimed one at a time, each written whole with 0x5C; fewer if a claim failed.
+std::vector<unsigned> ClaimWrittenPages(Chunk* c, unsigned n) {
+  std::vector<unsigned> pages;
+  for (unsigned i = 0; i < n; ++i) {
+    const unsigned p = chunk_claim_pages(c, 1);
+    if (p == 0) break;
+    std::memset(c->page_address(p), 0x5C, kPageSize);
+    pages.push_back(p);
+  }
+  return pages;
+}
+
+// Free dirty pages in separate runs go back in one system call where the kernel batches
+// process_madvise ranges (platform::decommit_all), a madvise per run otherwise; live pages
+// between them keep their data. (The decommit counter is process-wide: this binary starts no
+// thread, so no background thread adds to it.)
+TEST(Chunk, PurgeGivesBackSeparateRunsTogether) {
+  Chunk* c = chunk_create(nullptr);
+  ASSERT_NE(c, nullptr);
+  const std::vector<unsigned> pages = ClaimWrittenPages(c, 8);
+  ASSERT_EQ(pages.size(), 8u);
+  // Every other page back: four runs of one page, each between two live ones.
+  for (unsigned i = 1; i < 8; i += 2) chunk_release_pages(c, pages[i], 1);
+  std::uint64_t mask = 0;
+  for (unsigned i = 1; i < 8; i += 2) mask |= std::uint64_t{1} << pages[i];
+  const std::uint64_t calls = stats::g.os_decommit_calls.load();
+  EXPECT_EQ(chunk_purge(c, mask), 4 * kPageSize);
+  const std::uint64_t made = stats::g.os_decommit_calls.load() - calls;
+  EXPECT_EQ(made, platform::decommit_all_batches() ? 1u : 4u);
+  for (unsigned i = 0; i < 8; ++i)
+    EXPECT_EQ(static_cast<unsigned char>(c->page_address(pages[i])[100]), i % 2 == 0 ? 0x5Cu : 0u) << "page " << i;
+  for (unsigned i = 0; i < 6; i += 2) chunk_release_pages(c, pages[i], 1);
+  EXPECT_TRUE(chunk_release_pages(c, pages[6], 1)) << "the chunk is empty";
+  chunk_destroy(c);
+}
+
+// The same for a lazy purge (MADV_FREE: speed mode's BRISK_PURGE_ADVICE=1).
+TEST(ChunkLazyPurge, SeparateRunsGoBackTogether) {
+  Chunk* c = chunk_create(nullptr);
+  ASSERT_NE(c, nullptr);
+  const std::vector<unsigned> pages = ClaimWrittenPages(c, 4);
+  ASSERT_EQ(pages.size(), 4u);
+  chunk_release_pages(c, pages[1], 1);
+  chunk_release_pages(c, pages[3], 1);
+  const std::uint64_t mask = (std::uint64_t{1} << pages[1]) | (std::uint64_t{1} << pages[3]);
+  const std::uint64_t calls = stats::g.os_decommit_calls.load();
+  EXPECT_EQ(chunk_purge(c, mask, true), 2 * kPageSize);
+  EXPECT_EQ(stats::g.os_decommit_calls.load() - calls, platform::decommit_all_batches() ? 1u : 2u);
+  EXPECT_EQ(c->lazy_pages.load() & mask, mask) << "given back lazily";
+  EXPECT_EQ(static_cast<unsigned char>(c->page_address(pages[0])[100]), 0x5Cu) << "a live page kept its data";
+  chunk_release_pages(c, pages[0], 1);
+  EXPECT_TRUE(chunk_release_pages(c, pages[2], 1)) << "the chunk is empty";
   chunk_destroy(c);
 }
 
