@@ -252,8 +252,8 @@ bool chunk_release_pages(Chunk* c, unsigned first, unsigned n, std::uint64_t wri
 
 namespace {
 
-// Decommits the pages in mask (runs of them, one madvise each). Returns bytes.
-// Every run of pages in mask, in one system call where the kernel batches them
+// Decommits the pages in mask (lazily: MADV_FREE) and returns their bytes: every run of them in
+// one system call where the kernel batches them
 // (platform::decommit_all: on the AMD EPYC VM a madvise that drops resident pages costs about
 // 90 us while another thread of the process runs, most of it the other CPUs' TLB flush, and one
 // call for 16 ranges about what two madvise calls cost). A mask has at most 32 runs.

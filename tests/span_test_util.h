@@ -1,0 +1,45 @@
+// Helpers shared by the span tests (tests/span_test.cc, tests/span_tails_test.cc).
+#pragma once
+
+#include <brisk/brisk.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "core/chunk.h"
+#include "core/config.h"
+#include "threadcache/heap.h"
+#include "threadcache/medium.h"
+
+namespace brisk {
+
+inline Span* span_of(void* p) {
+  auto a = reinterpret_cast<std::uintptr_t>(p);
+  return chunk_of(a)->span_of(a);
+}
+
+// A medium block of two pages, written whole (with `fill`) and freed, its run given back from
+// the calling thread's medium cache: two free pages that held data, resident. Returns where it
+// was.
+inline void* LeaveTwoResidentFreePages(int fill) {
+  constexpr std::size_t kMedium = 2 * kPageSize - 4096;
+  void* m = brisk_malloc(kMedium);
+  if (m == nullptr) return nullptr;
+  std::memset(m, fill, kMedium);
+  brisk_free(m);
+  HeapSlowLock lock(t_heap);
+  medium_cache_flush(t_heap);
+  return m;
+}
+
+// Low-memory mode for a scope: the strategy in force before comes back after.
+class LowMemoryMode {
+ public:
+  LowMemoryMode() : before_(brisk_get_strategy()) { brisk_set_strategy(BRISK_STRATEGY_LOW_MEMORY); }
+  ~LowMemoryMode() { brisk_set_strategy(before_); }
+
+ private:
+  brisk_strategy before_;
+};
+
+}  // namespace brisk
