@@ -92,8 +92,7 @@ class alignas(BRISK_CACHELINE) Heap {
   static constexpr unsigned kPendingTails = 16;
   struct PendingTail {
     Span* span = nullptr;
-    std::uintptr_t from = 0;  // OS-page aligned, inside the span
-    std::uintptr_t end = 0;   // the span's end
+    std::uintptr_t from = 0;  // OS-page aligned, inside the span; the tail runs to its end
   } pending_tails[kPendingTails];
   std::uint8_t pending_tail_count = 0;
   std::uint64_t pending_tails_since_ms = 0;  // when the first of those waiting was added

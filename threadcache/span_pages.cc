@@ -302,7 +302,7 @@ void defer_span_tail(Heap* h, Span* s, unsigned c) {
   if ((dirty >> first_page) == 0) return;  // the tail never held data: it is not resident
   if (((dirty & ~recently_released_pages(h, s, c)) >> first_page) == 0) return;  // hot: kept
   if (h->pending_tail_count == 0) h->pending_tails_since_ms = platform::now_ms();
-  h->pending_tails[h->pending_tail_count++] = Heap::PendingTail{s, from, end};
+  h->pending_tails[h->pending_tail_count++] = Heap::PendingTail{s, from};
   if (h->pending_tail_count == Heap::kPendingTails) heap_flush_span_tails(h);
 }
 
@@ -361,10 +361,12 @@ std::size_t heap_flush_span_tails(Heap* h) {
     BRISK_ASSERT(s->owner.load(std::memory_order_relaxed) == h && s->kind == SpanKind::kSmall);
     // No block lies past the carved part (carving is h's, under this lock): the OS pages it has
     // reached hold blocks and stay.
-    const std::uintptr_t carved = round_to_os_page(reinterpret_cast<std::uintptr_t>(s->start) + s->carved_bytes());
+    const auto start = reinterpret_cast<std::uintptr_t>(s->start);
+    const std::uintptr_t carved = round_to_os_page(start + s->carved_bytes());
     const std::uintptr_t from = carved > t.from ? carved : t.from;
-    if (from >= t.end) continue;
-    ranges[k] = platform::PageRange{reinterpret_cast<void*>(from), t.end - from};
+    const std::uintptr_t end = start + (std::size_t{s->page_count} << kPageShift);
+    if (from >= end) continue;
+    ranges[k] = platform::PageRange{reinterpret_cast<void*>(from), end - from};
     spans[k++] = s;
   }
   h->pending_tail_count = 0;
