@@ -252,20 +252,23 @@ bool chunk_release_pages(Chunk* c, unsigned first, unsigned n, std::uint64_t wri
 
 namespace {
 
-// Decommits the pages in mask (lazily: MADV_FREE) and returns their bytes: every run of them in
-// one system call where the kernel batches them
-// (platform::decommit_all: on the AMD EPYC VM a madvise that drops resident pages costs about
-// 90 us while another thread of the process runs, most of it the other CPUs' TLB flush, and one
-// call for 16 ranges about what two madvise calls cost). A mask has at most 32 runs.
-std::size_t decommit_pages(Chunk* c, std::uint64_t mask, bool lazy = false) {
+// Appends the runs of pages in mask to ranges[*n] (a mask has at most 32 runs).
+void add_runs(Chunk* c, std::uint64_t mask, platform::PageRange* ranges, std::size_t* n) {
+  for_each_bit_run(mask, [c, ranges, n](unsigned first, unsigned count) {
+    ranges[(*n)++] = platform::PageRange{c->page_address(first), std::size_t{count} << kPageShift};
+  });
+}
+
+unsigned count_runs(std::uint64_t mask) { return count_bits(mask & ~(mask << 1)); }
+
+// Decommits the pages in mask, which the caller has claimed, in one call where the kernel
+// batches (ChunkPurgeBatch's reason), and returns their bytes.
+std::size_t decommit_pages(Chunk* c, std::uint64_t mask) {
   static_assert(kPagesPerChunk / 2 <= platform::kMaxDecommitRanges);
   platform::PageRange runs[kPagesPerChunk / 2];
   std::size_t n = 0;
-  for_each_bit_run(mask, [c, &runs, &n](unsigned first, unsigned count) {
-    runs[n++] = platform::PageRange{c->page_address(first), std::size_t{count} << kPageShift};
-  });
-  if (lazy) platform::lazy_free_all(runs, n);
-  else platform::decommit_all(runs, n);
+  add_runs(c, mask, runs, &n);
+  platform::decommit_all(runs, n);
   return std::size_t{count_bits(mask)} << kPageShift;
 }
 
@@ -324,32 +327,48 @@ Chunk* chunk_claim_shared(Heap* h, unsigned n, bool resident_only, unsigned* fir
   return nullptr;
 }
 
-std::size_t chunk_purge(Chunk* c, std::uint64_t only, bool lazy) {
+std::size_t ChunkPurgeBatch::add(Chunk* c, std::uint64_t only) {
   // Claim the free dirty pages first, so that no thread growing a medium block in place can
-  // take one while it is being decommitted; give them back afterwards, clean.
+  // take one while it is being decommitted; give them back afterwards, clean (flush).
   std::uint64_t bits = c->free_pages.load(std::memory_order_acquire);
   std::uint64_t d;
   do {
     d = bits & c->dirty_pages.load(std::memory_order_relaxed) & only;
-    if (lazy) d &= ~c->lazy_pages.load(std::memory_order_relaxed);
+    if (lazy_) d &= ~c->lazy_pages.load(std::memory_order_relaxed);
     if (d == 0) return 0;
   } while (!c->free_pages.compare_exchange_weak(bits, bits & ~d, std::memory_order_acquire,
                                                 std::memory_order_acquire));
   // The pages in d are ours: give back those whose dirty bit is still set now, not as read
-  // above (and, lazily, not lazy already).
-  std::size_t bytes;
-  if (lazy) {
-    std::uint64_t fresh = c->dirty_pages.load(std::memory_order_relaxed) & d &
-                          ~c->lazy_pages.load(std::memory_order_relaxed);
-    bytes = decommit_pages(c, fresh, true);
-    c->lazy_pages.fetch_or(fresh, std::memory_order_relaxed);  // dirty stays: they may hold data
+  // above (and, lazily, not lazy already). An eager purge clears their dirty and lazy bits
+  // now; no one reads them before the pages are handed back.
+  std::uint64_t advised;
+  if (lazy_) {
+    advised = c->dirty_pages.load(std::memory_order_relaxed) & d & ~c->lazy_pages.load(std::memory_order_relaxed);
   } else {
-    std::uint64_t was_dirty = c->dirty_pages.fetch_and(~d, std::memory_order_relaxed) & d;
+    advised = c->dirty_pages.fetch_and(~d, std::memory_order_relaxed) & d;
     c->lazy_pages.fetch_and(~d, std::memory_order_relaxed);
-    bytes = decommit_pages(c, was_dirty);
   }
-  c->free_pages.fetch_or(d, std::memory_order_release);
-  return bytes;
+  if (ranges_ + count_runs(advised) > kRanges || claims_ == kClaims) flush();
+  add_runs(c, advised, range_, &ranges_);
+  claim_[claims_++] = Claim{c, d, advised};
+  return std::size_t{count_bits(advised)} << kPageShift;
+}
+
+void ChunkPurgeBatch::flush() {
+  if (claims_ == 0) return;
+  if (lazy_) platform::lazy_free_all(range_, ranges_);
+  else platform::decommit_all(range_, ranges_);
+  for (std::size_t i = 0; i < claims_; ++i) {
+    Chunk* c = claim_[i].chunk;
+    if (lazy_) c->lazy_pages.fetch_or(claim_[i].advised, std::memory_order_relaxed);  // dirty stays: they may hold data
+    c->free_pages.fetch_or(claim_[i].claimed, std::memory_order_release);
+  }
+  ranges_ = claims_ = 0;
+}
+
+std::size_t chunk_purge(Chunk* c, std::uint64_t only, bool lazy) {
+  ChunkPurgeBatch batch(lazy);
+  return batch.add(c, only);
 }
 
 std::size_t chunk_purge_all() {
@@ -359,7 +378,8 @@ std::size_t chunk_purge_all() {
   // chunk can still find those pages taken and leave the chunk listed, empty:
   // chunk_destroy_empty_abandoned collects such chunks.)
   SharedLockGuard g(g_registry_lock);
-  for (Chunk* c = g_registry_head; c != nullptr; c = c->reg_next) bytes += chunk_purge(c);
+  ChunkPurgeBatch batch;  // sent before the lock is let go
+  for (Chunk* c = g_registry_head; c != nullptr; c = c->reg_next) bytes += batch.add(c);
   return bytes;
 }
 
@@ -368,6 +388,7 @@ std::size_t chunk_decay_all(bool* pending, bool lazy, bool (*decays)(const Heap*
   bool left = false;
   // decay_aged is stored only here, by the background pass (one at a time, under its pass lock).
   SharedLockGuard g(g_registry_lock);
+  ChunkPurgeBatch batch(lazy);  // sent before the lock is let go
   for (Chunk* c = g_registry_head; c != nullptr; c = c->reg_next) {
     if (!decays(c->page_owner.load(std::memory_order_relaxed))) {
       c->decay_aged.store(0, std::memory_order_relaxed);
@@ -376,7 +397,7 @@ std::size_t chunk_decay_all(bool* pending, bool lazy, bool (*decays)(const Heap*
     std::uint64_t free_dirty = c->free_pages.load(std::memory_order_acquire) & c->dirty_pages.load(std::memory_order_relaxed);
     if (lazy) free_dirty &= ~c->lazy_pages.load(std::memory_order_relaxed);
     std::uint64_t stale = free_dirty & c->decay_aged.load(std::memory_order_relaxed);
-    if (stale != 0) bytes += chunk_purge(c, stale, lazy);
+    if (stale != 0) bytes += batch.add(c, stale);
     std::uint64_t aged = free_dirty & ~stale;
     c->decay_aged.store(aged, std::memory_order_relaxed);
     left |= aged != 0;

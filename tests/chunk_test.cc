@@ -231,6 +231,116 @@ TEST(ChunkLazyPurge, SeparateRunsGoBackTogether) {
   chunk_destroy(c);
 }
 
+// Two chunks of `owner`, each with n pages written and every other one released: n / 2 runs of
+// one free dirty page between live ones (ma, mb: those pages). The rest are freed and the chunks
+// destroyed after the test.
+class ChunkPurgeBatchTest : public ::testing::Test {
+ protected:
+  void Make(Heap* owner, unsigned n) {
+    for (int i = 0; i < 2; ++i) {
+      chunk_[i] = chunk_create(owner);
+      ASSERT_NE(chunk_[i], nullptr);
+      pages_[i] = ClaimWrittenPages(chunk_[i], n);
+      ASSERT_EQ(pages_[i].size(), n);
+      for (std::size_t k = 1; k < n; k += 2) {
+        chunk_release_pages(chunk_[i], pages_[i][k], 1);
+        mask_[i] |= std::uint64_t{1} << pages_[i][k];
+      }
+    }
+    a = chunk_[0], b = chunk_[1], ma = mask_[0], mb = mask_[1];
+  }
+  void TearDown() override {
+    for (int i = 0; i < 2; ++i) {
+      if (chunk_[i] == nullptr) continue;
+      for (std::size_t k = 0; k < pages_[i].size(); k += 2) chunk_release_pages(chunk_[i], pages_[i][k], 1);
+      EXPECT_EQ(chunk_[i]->free_pages.load(), kAllPagesFree);
+      EXPECT_TRUE(chunk_destroy(chunk_[i]));
+    }
+  }
+  // Byte 100 of the k-th page of chunk i: 0x5C if it kept its data, 0 if given back.
+  unsigned char Byte(int i, std::size_t k) const {
+    return static_cast<unsigned char>(chunk_[i]->page_address(pages_[i][k])[100]);
+  }
+
+  Chunk* a = nullptr;
+  Chunk* b = nullptr;
+  std::uint64_t ma = 0, mb = 0;
+
+ private:
+  Chunk* chunk_[2] = {};
+  std::vector<unsigned> pages_[2];
+  std::uint64_t mask_[2] = {};
+};
+
+// Free pages of several chunks go back in one system call where the kernel batches (the
+// background pass's decay and brisk_trim sweep every chunk this way): the pages stay claimed,
+// so no one takes them, until the call; live pages keep their data.
+TEST_F(ChunkPurgeBatchTest, SeveralChunksGoBackInOneCall) {
+  ASSERT_NO_FATAL_FAILURE(Make(nullptr, 8));
+  const std::uint64_t calls = stats::g.os_decommit_calls.load();
+  {
+    ChunkPurgeBatch batch;
+    EXPECT_EQ(batch.add(a), 4 * kPageSize);
+    EXPECT_EQ(batch.add(b), 4 * kPageSize);
+    EXPECT_EQ(stats::g.os_decommit_calls.load(), calls) << "nothing sent before the batch is full or flushed";
+    EXPECT_EQ(a->free_pages.load() & ma, 0u) << "the pages are claimed until they are given back";
+    EXPECT_EQ(b->free_pages.load() & mb, 0u);
+    const unsigned other = chunk_claim_pages(a, 1);
+    ASSERT_NE(other, 0u);
+    EXPECT_EQ((ma >> other) & 1, 0u) << "a claim passes over them";
+    chunk_release_pages(a, other, 1);
+  }
+  EXPECT_EQ(stats::g.os_decommit_calls.load() - calls, platform::decommit_all_batches() ? 1u : 8u);
+  EXPECT_EQ(a->free_pages.load() & ma, ma) << "handed back after the call";
+  EXPECT_EQ(b->free_pages.load() & mb, mb);
+  EXPECT_EQ(a->dirty_pages.load() & ma, 0u) << "clean";
+  for (std::size_t k = 0; k < 8; ++k) {
+    EXPECT_EQ(Byte(0, k), k % 2 == 0 ? 0x5Cu : 0u) << "page " << k;
+    EXPECT_EQ(Byte(1, k), k % 2 == 0 ? 0x5Cu : 0u) << "page " << k;
+  }
+}
+
+// A batch that cannot take the next chunk's runs sends what it holds first: two chunks of 20
+// runs each (a batch holds 32) take two calls, and the first chunk's pages are back before the
+// second's call.
+TEST_F(ChunkPurgeBatchTest, SendsWhatItHoldsWhenTheNextChunksRunsDoNotFit) {
+  ASSERT_NO_FATAL_FAILURE(Make(nullptr, 40));
+  const std::uint64_t calls = stats::g.os_decommit_calls.load();
+  const std::uint64_t per_chunk = platform::decommit_all_batches() ? 1u : 20u;
+  {
+    ChunkPurgeBatch batch;
+    EXPECT_EQ(batch.add(a), 20 * kPageSize);
+    EXPECT_EQ(stats::g.os_decommit_calls.load(), calls);
+    EXPECT_EQ(batch.add(b), 20 * kPageSize);
+    EXPECT_EQ(stats::g.os_decommit_calls.load() - calls, per_chunk) << "the first chunk went out";
+    EXPECT_EQ(a->free_pages.load() & ma, ma);
+    EXPECT_EQ(b->free_pages.load() & mb, 0u) << "the second waits for the flush";
+  }
+  EXPECT_EQ(stats::g.os_decommit_calls.load() - calls, 2 * per_chunk);
+  EXPECT_EQ(b->free_pages.load() & mb, mb);
+  EXPECT_EQ(Byte(1, 1), 0u);
+  EXPECT_EQ(Byte(1, 2), 0x5Cu);
+}
+
+// The background pass's decay sweeps every chunk with one batch: the stale pages of two chunks
+// go back in one call (the pass looks only at the chunks of a heap the test names).
+Heap* const kDecayingOwner = reinterpret_cast<Heap*>(0x2000);
+bool DecaysOnlyTheTestsChunks(const Heap* page_owner) { return page_owner == kDecayingOwner; }
+
+TEST_F(ChunkPurgeBatchTest, DecayPassGivesBackStalePagesOfEveryChunkInOneCall) {
+  ASSERT_NO_FATAL_FAILURE(Make(kDecayingOwner, 6));
+  bool pending = false;
+  const std::uint64_t calls = stats::g.os_decommit_calls.load();
+  EXPECT_EQ(chunk_decay_all(&pending, false, DecaysOnlyTheTestsChunks), 0u) << "the first pass only ages them";
+  EXPECT_TRUE(pending);
+  EXPECT_EQ(chunk_decay_all(&pending, false, DecaysOnlyTheTestsChunks), 6 * kPageSize);
+  EXPECT_EQ(stats::g.os_decommit_calls.load() - calls, platform::decommit_all_batches() ? 1u : 6u);
+  EXPECT_EQ(a->dirty_pages.load() & ma, 0u);
+  EXPECT_EQ(b->dirty_pages.load() & mb, 0u);
+  EXPECT_EQ(Byte(1, 1), 0u);
+  EXPECT_EQ(Byte(1, 0), 0x5Cu);
+}
+
 TEST(Chunk, AbandonedChunkIsAdoptedOrFreedWhenEmpty) {
   Chunk* c = chunk_create(nullptr);
   ASSERT_NE(c, nullptr);

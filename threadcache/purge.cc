@@ -36,6 +36,7 @@ std::size_t heap_purge(Heap* h, std::size_t keep) {
   bool lazy = options::get(options::Id::kPurgeAdvice) == 1 && keep != 0;  // collect is eager
   bool kept_spare = false;
   std::size_t bytes = 0;
+  ChunkPurgeBatch batch(lazy);  // the heap's own chunks: none is unmapped while it holds pages
   for (Chunk* c = h->chunks; c != nullptr;) {
     Chunk* next = c->next;
     std::uint64_t free = c->free_pages.load(std::memory_order_acquire);
@@ -53,7 +54,7 @@ std::size_t heap_purge(Heap* h, std::size_t keep) {
     } else {
       kept_spare |= free == kAllPagesFree;
       std::uint64_t stale = keep == 0 ? free_dirty : free_dirty & c->aged.load(std::memory_order_relaxed);
-      if (stale != 0) bytes += chunk_purge(c, stale, lazy);
+      if (stale != 0) bytes += batch.add(c, stale);
       c->aged.store(free_dirty & ~stale, std::memory_order_relaxed);
     }
     c = next;
