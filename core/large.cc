@@ -22,7 +22,9 @@ constexpr std::uint64_t kNoDirtyEntry = ~std::uint64_t{0};
 // A run of freed address space: one freed mapping, or several that lay side by side, merged, or
 // what a carved block left of one. Its first page is outside `dirty` and never decommitted: a
 // block is carved at a region boundary at or past it, and every block's user bytes start a page
-// or more past that (placement), so only a header or a piece's lead-in lies there.
+// or more past that (placement), so only a header or a piece's lead-in lies there, or the user
+// bytes of a block that grew into the entry (cache_take_adjacent), which realloc does not
+// promise to be zeros. So no one trusts an entry's first page to read as zeros.
 struct CacheEntry {
   char* base;
   std::size_t size;
@@ -30,7 +32,18 @@ struct CacheEntry {
                            // contents: an upper bound, counted without a system call; 0: they
                            // read as zeros ("clean")
   std::uint64_t freed_ms;  // platform::now_ms() when its oldest dirty bytes were freed
+  // Where those bytes can be, as offsets from base: [dirty_begin, dirty_end) (empty, both at the
+  // first page, when clean). Past the first page and outside it, the entry reads as zeros
+  // (untouched since it was mapped or decommitted). A freed block dirties its whole mapping
+  // while the rest of the region it was carved from stays untouched: so a block carved again
+  // from the merged entry (a growing buffer: MMtest's strings, realloc) leaves a rest known
+  // clean, which needs no mincore (return_rest_of_region) and stays cached clean.
+  std::size_t dirty_begin;
+  std::size_t dirty_end;
 };
+
+// An entry's dirty range when it is clean.
+constexpr std::size_t kNoDirtyRange = kOsPageSize;
 
 // The cache of freed mappings, with two budgets:
 //   - address space (BRISK_LARGE_CACHE_BYTES): what reuse saves is mmap, the aligned-mapping
@@ -166,7 +179,14 @@ void insert_entry(CacheEntry e) {
     }
     // The right one's first page, which may hold a header, is inside the merged entry.
     std::size_t dirty = e.dirty + n.dirty + kOsPageSize;
-    e = CacheEntry{n.base < e.base ? n.base : e.base, n.size + e.size, dirty, merged_age(e, n)};
+    const CacheEntry& left = n.base < e.base ? n : e;
+    const CacheEntry& right = n.base < e.base ? e : n;
+    // The right one's first page, counted dirty above, joins its range.
+    const std::size_t right_begin = left.size;
+    const std::size_t right_end = left.size + (right.dirty_end > kOsPageSize ? right.dirty_end : kOsPageSize);
+    const bool left_dirty = left.dirty_begin < left.dirty_end;
+    e = CacheEntry{left.base, n.size + e.size, dirty, merged_age(e, n),
+                   left_dirty ? left.dirty_begin : right_begin, right_end};
     g_dirty_bytes += kOsPageSize;
     move_last_to(i);  // its bytes stay counted, now in e
   }
@@ -196,6 +216,7 @@ void unmap_mapping(char* base, std::size_t size) {
 void decommit_entry(CacheEntry* e) {
   platform::decommit(e->base + kOsPageSize, e->size - kOsPageSize);
   e->dirty = 0;
+  e->dirty_begin = e->dirty_end = kNoDirtyRange;
 }
 
 // Puts an entry taken out of the cache back, keeping its age; unmaps it if the cache has no
@@ -217,13 +238,18 @@ void decommit_and_return(CacheEntry e) {
   return_entry(e);
 }
 
-// A piece of entry e, [from, from + size), with e's age and as many of its dirty bytes as it can
-// hold past its first page (they could be anywhere in e). So the two pieces of a carve may count
-// more dirty bytes than e did, by at most the piece before the block (under a region); the next
-// cache_put makes room again.
+// A piece of entry e, [from, from + size), with e's age and as many of its dirty bytes as the
+// part of e's dirty range past the piece's first page can hold (they could be anywhere in that
+// range). So the two pieces of a carve may count more dirty bytes than e did, by at most the
+// piece before the block (under a region); the next cache_put makes room again. A piece outside
+// e's dirty range but for its first page is clean.
 CacheEntry piece_of(const CacheEntry& e, char* from, std::size_t size) {
-  std::size_t dirty = size - kOsPageSize < e.dirty ? size - kOsPageSize : e.dirty;
-  return CacheEntry{from, size, dirty, e.freed_ms};
+  const auto offset = static_cast<std::size_t>(from - e.base);
+  const std::size_t begin = e.dirty_begin > offset + kOsPageSize ? e.dirty_begin : offset + kOsPageSize;
+  const std::size_t end = e.dirty_end < offset + size ? e.dirty_end : offset + size;
+  if (begin >= end || e.dirty == 0) return CacheEntry{from, size, 0, e.freed_ms, kNoDirtyRange, kNoDirtyRange};
+  const std::size_t dirty = end - begin < e.dirty ? end - begin : e.dirty;
+  return CacheEntry{from, size, dirty, e.freed_ms, begin - offset, end - offset};
 }
 
 // A cached mapping for `need` bytes at a region boundary, nullptr if none fits. Among the
@@ -280,8 +306,13 @@ char* cache_take(std::size_t need, bool zero, std::size_t* size, bool* clean, Ca
     const unsigned slots_needed = count + (region_end < end ? 1u : 0u) + 1u;
     if (!*clean && need < kChunkSize && region_end - after > static_cast<std::ptrdiff_t>(kOsPageSize) &&
         g_cache_used + slots_needed <= kCacheEntries) {
-      *tail = piece_of(e, after, static_cast<std::size_t>(region_end - after));
-      after = region_end;
+      // A rest outside e's dirty range has nothing to give back: it stays cached with the
+      // piece after.
+      const CacheEntry rest = piece_of(e, after, static_cast<std::size_t>(region_end - after));
+      if (rest.dirty != 0) {
+        *tail = rest;
+        after = region_end;
+      }
     }
   }
   if (after < end) {
@@ -335,7 +366,7 @@ bool cache_take_adjacent(char* at, std::size_t bytes) {
 // decommitted. False if it cannot be cached at all (the caller unmaps it).
 bool cache_put(char* base, std::size_t size, std::uint64_t now) {
   if (size > option_bytes(options::Id::kLargeCacheBytes)) return false;
-  CacheEntry entry{base, size, size - kOsPageSize, now};
+  CacheEntry entry{base, size, size - kOsPageSize, now, kOsPageSize, size};
   if (entry.dirty + 2 * kOsPageSize > option_bytes(options::Id::kLargeDirtyBytes)) {
     // Decommit before the mapping becomes visible in the cache: another thread may take it at once.
     decommit_entry(&entry);
@@ -385,7 +416,7 @@ bool fresh_rest_fits(std::size_t bytes) {
 
 // The rest of a fresh mapping, untouched: cached clean, or unmapped if there is no room.
 void cache_rest_of_fresh(char* base, std::size_t size, std::uint64_t now) {
-  CacheEntry rest{base, size, 0, now};
+  CacheEntry rest{base, size, 0, now, kNoDirtyRange, kNoDirtyRange};
   {
     LockGuard g(g_lock);
     if (room_for(rest)) {

@@ -305,6 +305,35 @@ TEST_F(LargeCacheDecay, ABlockFromAMostlyUntouchedMappingLeavesTheRestOfItsRegio
   large_free(p, large_header_of(p, region_kind(reinterpret_cast<std::uintptr_t>(p))));
 }
 
+// A buffer that grows by carving (a new block a little bigger, then the old one freed, as
+// MMtest's strings test does): the old block's mapping comes back merged with the rest of its
+// region, which no block ever wrote, and the next block carved there leaves that rest known
+// clean: no residency query (before, each such carve made a mincore of the rest, 4 us a time
+// on blocks of 1-3 MiB) and nothing given back. The rest stays cached and reads as zeros.
+TEST_F(LargeCacheDecay, ABlockCarvedWhereABufferGrewLeavesTheUntouchedRestWithoutAQuery) {
+  constexpr std::size_t kRequest = 1536 << 10;  // above every mode's medium max
+  auto* first = static_cast<char*>(large_alloc(kRequest, kMinAlign, false, nullptr, false));
+  ASSERT_NE(first, nullptr);
+  std::memset(first, 0x5A, kRequest);
+  auto* second = static_cast<char*>(large_alloc(kRequest + 2 * kOsPageSize, kMinAlign, false, nullptr, false));
+  ASSERT_NE(second, nullptr);
+  std::memset(second, 0x5B, kRequest + 2 * kOsPageSize);
+  large_free(first, large_header_of(first, region_kind(reinterpret_cast<std::uintptr_t>(first))));
+  const OsCalls before;
+  auto* third = static_cast<char*>(large_alloc(kRequest + 4 * kOsPageSize, kMinAlign, false, nullptr, false));
+  ASSERT_EQ(third, first) << "carved where the first block was (its mapping is the dirty fit)";
+  EXPECT_EQ(stats::g.os_resident_calls.load(), before.resident) << "the untouched rest was queried";
+  EXPECT_EQ(stats::g.os_decommit_calls.load(), before.decommit);
+  EXPECT_EQ(static_cast<unsigned char>(third[kRequest - 1]), 0x5Au) << "the block keeps the resident pages it reuses";
+  char* rest = third + kRequest + 5 * kOsPageSize;  // past the block's last page and the rest's first
+  const std::size_t rest_bytes = static_cast<std::size_t>(third - kOsPageSize + kChunkSize - rest);
+  EXPECT_EQ(ResidentOf(rest, rest_bytes), 0u);
+  std::vector<unsigned char> vec(rest_bytes / kOsPageSize);
+  EXPECT_EQ(mincore(rest, rest_bytes, vec.data()), 0) << "the rest of the region was unmapped";
+  large_free(third, large_header_of(third, region_kind(reinterpret_cast<std::uintptr_t>(third))));
+  large_free(second, large_header_of(second, region_kind(reinterpret_cast<std::uintptr_t>(second))));
+}
+
 // Run with small budgets (tests/components.cmake: large_budget_test): freed blocks beyond them
 // evict the oldest, so the cache never holds more than its budgets and keeps the newest.
 TEST(LargeCacheBudget, TheBudgetsHoldAndTheOldestGoFirst) {
