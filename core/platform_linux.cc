@@ -80,7 +80,11 @@ void unmap(void* p, std::size_t size) {
 
 void decommit(void* p, std::size_t size) {
   BRISK_ASSERT(reinterpret_cast<std::uintptr_t>(p) % kOsPageSize == 0 && size % kOsPageSize == 0);
-  madvise(p, size, MADV_DONTNEED);
+  const int saved_errno = errno;
+  // Refused (locked pages; the kernel may have dropped the unlocked mappings before the first
+  // locked one): written with zeros, which faults back any page it dropped, as zeros.
+  if (madvise(p, size, MADV_DONTNEED) != 0) std::memset(p, 0, size);
+  errno = saved_errno;
   stats::g.os_decommit_calls.fetch_add(1, std::memory_order_relaxed);
 }
 

@@ -96,6 +96,30 @@ TEST_F(LargeCacheDecay, AFreedBlockKeepsItsPagesUntilTheDelayHasPassed) {
   brisk_free(z);
 }
 
+// A mapping whose pages are locked (mlock, mlockall) cannot be decommitted: the kernel refuses
+// MADV_DONTNEED. Aged out all the same, it must not be cached as reading zeros with its old data
+// in it: calloc would hand that data out.
+TEST_F(LargeCacheDecay, ALockedMappingAgedOutStillGivesCallocZeros) {
+  constexpr std::size_t kSize = 4 << 20;  // within RLIMIT_MEMLOCK's usual 8 MiB
+  const std::uint64_t freed = g_fake_now;
+  auto* p = static_cast<char*>(brisk_malloc(kSize));
+  ASSERT_NE(p, nullptr);
+  std::memset(p, 0x5A, kSize);
+  if (mlock(p, kSize) != 0) {
+    brisk_free(p);
+    GTEST_SKIP() << "mlock refused (RLIMIT_MEMLOCK)";
+  }
+  brisk_free(p);
+  g_fake_now = freed + Delay();
+  large_cache_decay(g_fake_now);
+  auto* z = static_cast<unsigned char*>(brisk_calloc(1, kSize));
+  ASSERT_NE(z, nullptr);
+  EXPECT_EQ(z, reinterpret_cast<unsigned char*>(p)) << "the aged mapping is reused";
+  EXPECT_EQ(brisk_test::FirstNonZero(z, kSize), SIZE_MAX) << "calloc returned the locked pages' old data";
+  munlock(z, kSize);
+  brisk_free(z);
+}
+
 TEST_F(LargeCacheDecay, TheBackgroundPassReturnsAgedBlocks) {
   constexpr std::size_t kSize = 8 << 20;
   const std::uint64_t freed = g_fake_now;

@@ -187,6 +187,32 @@ TEST(Platform, DecommitAllDropsEveryRangeInOneCallAndKeepsErrno) {
   platform::unmap(p, kPages * kOs);
 }
 
+// Locked pages (mlock) cannot be dropped: the kernel refuses MADV_DONTNEED with EINVAL. They must
+// still read as zeros after decommit and decommit_all, which every caller trusts (calloc skips
+// its memset on pages it knows decommitted). (decommit_all's refused batch turns batching off
+// for the rest of this process: this test runs after the one that counts its calls.)
+TEST(Platform, DecommittedLockedPagesReadAsZeros) {
+  constexpr std::size_t kPages = 8;
+  auto* p = static_cast<unsigned char*>(platform::map(kPages * kOs));
+  ASSERT_NE(p, nullptr);
+  std::memset(p, 0x3c, kPages * kOs);
+  if (mlock(p, kPages * kOs) != 0) {
+    platform::unmap(p, kPages * kOs);
+    GTEST_SKIP() << "mlock refused (RLIMIT_MEMLOCK)";
+  }
+  errno = 4242;
+  platform::decommit(p + kOs, 2 * kOs);
+  const platform::PageRange ranges[] = {{p + 4 * kOs, kOs}, {p + 6 * kOs, kOs}};
+  platform::decommit_all(ranges, 2);
+  EXPECT_EQ(errno, 4242);
+  for (std::size_t page = 0; page < kPages; ++page) {
+    const bool dropped = page == 1 || page == 2 || page == 4 || page == 6;
+    EXPECT_EQ(p[page * kOs + 100], dropped ? 0 : 0x3c) << "page " << page;
+  }
+  munlock(p, kPages * kOs);
+  platform::unmap(p, kPages * kOs);
+}
+
 // The inode of a descriptor, or 0.
 std::uint64_t InodeOf(int fd) {
   struct stat st;
