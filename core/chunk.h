@@ -206,10 +206,10 @@ void chunk_forget_os_pages(Chunk* c, std::uintptr_t from, std::uintptr_t to);
 // runs, most of it the other CPU's TLB flush, and one call for 16 ranges about what two cost).
 // add() claims the free dirty pages of c in `only` (as chunk_destroy claims, so no one takes
 // them meanwhile) and keeps them until the batch goes out: when the next chunk's ranges or
-// claim would not fit, at flush(), or at destruction. Then they are handed
-// back, clean. So a chunk added must stay mapped until then (the callers hold the registry
-// lock, or are the owner of the chunks). lazy: with MADV_FREE (pages already given back so
-// are skipped); else with MADV_DONTNEED, lazy pages included.
+// claim would not fit, at flush(), or at destruction. Then they are handed back, clean. So a
+// chunk added must stay mapped until then (the callers hold the registry lock, or own the
+// chunks). lazy: with MADV_FREE (pages already given back so are skipped); else with
+// MADV_DONTNEED, lazy pages included.
 class ChunkPurgeBatch {
  public:
   explicit ChunkPurgeBatch(bool lazy = false) : lazy_(lazy) {}

@@ -163,6 +163,13 @@ TEST(Platform, PopulateMakesPagesResidentAndKeepsErrno) {
   platform::unmap(p, kPages * kOs);
 }
 
+// Byte 100 of each of the pages at p, which the test filled with 0x3c: 0 where dropped(page).
+template <class Dropped>
+void ExpectDroppedPagesZero(const unsigned char* p, std::size_t pages, Dropped dropped) {
+  for (std::size_t page = 0; page < pages; ++page)
+    EXPECT_EQ(p[page * kOs + 100], dropped(page) ? 0 : 0x3c) << "page " << page;
+}
+
 // decommit_all drops the pages of every range and only theirs, keeps errno, and on a kernel
 // whose process_madvise takes MADV_DONTNEED for the calling process (6.15) does it in one call.
 TEST(Platform, DecommitAllDropsEveryRangeInOneCallAndKeepsErrno) {
@@ -180,10 +187,7 @@ TEST(Platform, DecommitAllDropsEveryRangeInOneCallAndKeepsErrno) {
   if (brisk_test::KernelAtLeast(6, 15) && !platform::decommit_all_batches())
     std::fprintf(stderr, "note: process_madvise refused on a 6.15+ kernel; a madvise per range\n");
   EXPECT_EQ(ResidentPages(p, kPages), kPages - 7);
-  for (std::size_t page = 0; page < kPages; ++page) {
-    const bool dropped = (page >= 1 && page < 3) || page == 5 || (page >= 9 && page < 13);
-    EXPECT_EQ(p[page * kOs + 100], dropped ? 0 : 0x3c) << "page " << page;
-  }
+  ExpectDroppedPagesZero(p, kPages, [](std::size_t page) { return (page >= 1 && page < 3) || page == 5 || (page >= 9 && page < 13); });
   platform::unmap(p, kPages * kOs);
 }
 
@@ -205,10 +209,7 @@ TEST(Platform, DecommittedLockedPagesReadAsZeros) {
   const platform::PageRange ranges[] = {{p + 4 * kOs, kOs}, {p + 6 * kOs, kOs}};
   platform::decommit_all(ranges, 2);
   EXPECT_EQ(errno, 4242);
-  for (std::size_t page = 0; page < kPages; ++page) {
-    const bool dropped = page == 1 || page == 2 || page == 4 || page == 6;
-    EXPECT_EQ(p[page * kOs + 100], dropped ? 0 : 0x3c) << "page " << page;
-  }
+  ExpectDroppedPagesZero(p, kPages, [](std::size_t page) { return page == 1 || page == 2 || page == 4 || page == 6; });
   munlock(p, kPages * kOs);
   platform::unmap(p, kPages * kOs);
 }
