@@ -27,9 +27,9 @@ void* map_aligned(std::size_t size, std::size_t alignment);
 void unmap(void* p, std::size_t size);
 // Drops the pages of [p, p+size): afterwards they read as zeros, which callers trust (a chunk's
 // clean pages, a clean large-cache entry: calloc skips its memset there). Where the kernel
-// refuses (EINVAL: locked pages, after mlock or mlockall), they are zeroed in place instead:
-// they stay resident, as locked pages do anyway, and still read as zeros. errno is left as it
-// was.
+// refuses (EINVAL: locked pages, after mlock or mlockall; EPERM: a seccomp filter), they are
+// zeroed in place instead: they stay resident, as locked pages do anyway, and still read as
+// zeros. errno is left as it was.
 void decommit(void* p, std::size_t size);
 // decommit() of each of n page ranges (n <= kMaxDecommitRanges), in one system call where the
 // kernel allows it: process_madvise(2) on the calling process (PIDFD_SELF_THREAD, Linux 6.15 and

@@ -81,9 +81,11 @@ void unmap(void* p, std::size_t size) {
 void decommit(void* p, std::size_t size) {
   BRISK_ASSERT(reinterpret_cast<std::uintptr_t>(p) % kOsPageSize == 0 && size % kOsPageSize == 0);
   const int saved_errno = errno;
-  // Refused (locked pages; the kernel may have dropped the unlocked mappings before the first
-  // locked one): written with zeros, which faults back any page it dropped, as zeros.
-  if (madvise(p, size, MADV_DONTNEED) != 0) std::memset(p, 0, size);
+  // Refused (EINVAL: locked pages, where the kernel may have dropped the unlocked mappings before
+  // the first locked one; EPERM: a seccomp filter): written with zeros, which faults back any
+  // page it dropped, as zeros. Not on ENOMEM, which says part of the range is not mapped: brisk
+  // never decommits such a range, and writing it would fault.
+  if (madvise(p, size, MADV_DONTNEED) != 0 && errno != ENOMEM) std::memset(p, 0, size);
   errno = saved_errno;
   stats::g.os_decommit_calls.fetch_add(1, std::memory_order_relaxed);
 }
