@@ -33,6 +33,9 @@ std::size_t ResidentOf(const void* p, std::size_t n) {
   return resident;
 }
 
+// Frees p, a block large_alloc returned, as large_free's callers do.
+void LargeFree(void* p) { large_free(p, large_header_of(p, region_kind(reinterpret_cast<std::uintptr_t>(p)))); }
+
 // The platform calls a large free might make: unmap, decommit, and mincore.
 struct OsCalls {
   std::uint64_t map = stats::g.os_map_calls.load();
@@ -306,7 +309,7 @@ TEST_F(LargeCacheDecay, ABlockFromAResidentMappingGivesBackTheRestOfItsRegion) {
     } else {
       EXPECT_EQ(ResidentOf(rest, rest_bytes), 0u) << "the rest of the region stayed resident";
     }
-    large_free(p, large_header_of(p, region_kind(reinterpret_cast<std::uintptr_t>(p))));
+    LargeFree(p);
   }
 }
 
@@ -326,7 +329,7 @@ TEST_F(LargeCacheDecay, ABlockFromAMostlyUntouchedMappingLeavesTheRestOfItsRegio
   const std::size_t touched = ResidentOf(rest, rest_bytes);
   EXPECT_GT(touched, 0u) << "the rest's few written pages were given back";
   EXPECT_LT(touched * 4, rest_bytes) << "the rest was written more than the test meant";
-  large_free(p, large_header_of(p, region_kind(reinterpret_cast<std::uintptr_t>(p))));
+  LargeFree(p);
 }
 
 // A buffer that grows by carving (a new block a little bigger, then the old one freed, as
@@ -342,7 +345,7 @@ TEST_F(LargeCacheDecay, ABlockCarvedWhereABufferGrewLeavesTheUntouchedRestWithou
   auto* second = static_cast<char*>(large_alloc(kRequest + 2 * kOsPageSize, kMinAlign, false, nullptr, false));
   ASSERT_NE(second, nullptr);
   std::memset(second, 0x5B, kRequest + 2 * kOsPageSize);
-  large_free(first, large_header_of(first, region_kind(reinterpret_cast<std::uintptr_t>(first))));
+  LargeFree(first);
   const OsCalls before;
   auto* third = static_cast<char*>(large_alloc(kRequest + 4 * kOsPageSize, kMinAlign, false, nullptr, false));
   ASSERT_EQ(third, first) << "carved where the first block was (its mapping is the dirty fit)";
@@ -354,8 +357,8 @@ TEST_F(LargeCacheDecay, ABlockCarvedWhereABufferGrewLeavesTheUntouchedRestWithou
   EXPECT_EQ(ResidentOf(rest, rest_bytes), 0u);
   std::vector<unsigned char> vec(rest_bytes / kOsPageSize);
   EXPECT_EQ(mincore(rest, rest_bytes, vec.data()), 0) << "the rest of the region was unmapped";
-  large_free(third, large_header_of(third, region_kind(reinterpret_cast<std::uintptr_t>(third))));
-  large_free(second, large_header_of(second, region_kind(reinterpret_cast<std::uintptr_t>(second))));
+  LargeFree(third);
+  LargeFree(second);
 }
 
 // Run with small budgets (tests/components.cmake: large_budget_test): freed blocks beyond them
