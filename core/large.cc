@@ -700,6 +700,15 @@ std::size_t large_cache_resident_bytes() {
   return g_dirty_bytes + stashed;
 }
 
+LargeCacheView large_cache_view_for_test(LargeCacheEntryView* out, std::size_t max) {
+  BRISK_ASSERT(g_lock.is_locked());
+  for (unsigned i = 0; i < g_cache_used && i < max; ++i) {
+    const CacheEntry& e = g_cache[i];
+    out[i] = LargeCacheEntryView{e.base, e.size, e.dirty, e.dirty_begin, e.dirty_end, e.freed_ms, g_fit[i] == fit_key(e)};
+  }
+  return LargeCacheView{g_cache_used, g_cache_bytes, g_dirty_bytes, g_oldest_dirty_ms.load(std::memory_order_relaxed)};
+}
+
 void large_locks_acquire() { g_lock.lock(); }
 void large_locks_release() { g_lock.unlock(); }
 void large_locks_reset_in_child() { g_lock.reset_after_fork(); }

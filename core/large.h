@@ -73,6 +73,26 @@ std::size_t large_cache_decay(std::uint64_t now_ms, bool* pending = nullptr);
 std::size_t large_cache_flush();
 // Bytes of the cached mappings that were resident when they were cached (mincore then).
 std::size_t large_cache_resident_bytes();
+// Tests: a copy of the cache as it is now, so that a test can check the invariants large.cc
+// keeps (tests/large_test.cc, LargeCacheInvariants). The caller holds the cache's lock
+// (large_locks_acquire), and may read the entries' pages before it lets go: no entry is unmapped
+// or decommitted meanwhile. Fills out[0 .. min(max, entries)) in the cache's order.
+struct LargeCacheEntryView {
+  char* base;
+  std::size_t size;
+  std::size_t dirty;        // bytes past the first page that may hold data (0: reads as zeros)
+  std::size_t dirty_begin;  // where they can lie, as offsets from base (empty when clean)
+  std::size_t dirty_end;
+  std::uint64_t freed_ms;
+  bool fit_matches;  // the scan's summary word (g_fit) agrees with the entry
+};
+struct LargeCacheView {
+  std::size_t entries;
+  std::size_t bytes;        // the cache's count of its entries' sizes
+  std::size_t dirty_bytes;  // and of their dirty bytes
+  std::uint64_t oldest_dirty_ms;  // the lower bound large_free reads (~0: no entry is dirty)
+};
+LargeCacheView large_cache_view_for_test(LargeCacheEntryView* out, std::size_t max);
 void large_locks_acquire();
 void large_locks_release();
 void large_locks_reset_in_child();

@@ -9,6 +9,11 @@ endforeach()
 add_test(NAME large_budget_test COMMAND large_test --gtest_filter=LargeCacheBudget.*)
 set_tests_properties(large_budget_test PROPERTIES LABELS unit TIMEOUT 60
   ENVIRONMENT "BRISK_LARGE_CACHE_BYTES=48m;BRISK_LARGE_DIRTY_BYTES=20m")
+# The cache's promises under random traffic, with those budgets: entries are decommitted and
+# unmapped to stay within them.
+add_test(NAME large_budget_invariants_test COMMAND large_test --gtest_filter=LargeCacheDecay.RandomTraffic*)
+set_tests_properties(large_budget_invariants_test PROPERTIES LABELS unit TIMEOUT 120
+  ENVIRONMENT "BRISK_LARGE_CACHE_BYTES=48m;BRISK_LARGE_DIRTY_BYTES=20m" FAIL_REGULAR_EXPRESSION "0 tests")
 # Low-memory's budget of retained spans, set below what the 2-page classes carve together.
 add_test(NAME span_retained_budget_test COMMAND span_test --gtest_filter=Span.LowMemoryReleasesTheSpanKeptLongest*)
 set_tests_properties(span_retained_budget_test PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT "BRISK_RETAINED_BYTES=768k"

@@ -6,8 +6,11 @@
 #include <errno.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <thread>
 #include <vector>
 
@@ -359,6 +362,152 @@ TEST_F(LargeCacheDecay, ABlockCarvedWhereABufferGrewLeavesTheUntouchedRestWithou
   EXPECT_EQ(mincore(rest, rest_bytes, vec.data()), 0) << "the rest of the region was unmapped";
   LargeFree(third);
   LargeFree(second);
+}
+
+// What the cache promises of its entries at any moment (large.cc): a clean entry has an empty
+// dirty range and a dirty one a range inside it, past its first page, wide enough for its dirty
+// bytes; the counts and the scan's summary words agree with the entries; entries do not
+// overlap; and past its first page, outside its dirty range, an entry reads as zeros. The last
+// is what lets a calloc skip zeroing there. Checked under the cache's lock (no entry changes
+// meanwhile); returns a description of the first breach, or nullptr. Allocates nothing.
+const char* CacheBreach(char** where) {
+  static LargeCacheEntryView entries[1024];
+  static unsigned char vec[std::size_t{1} << 18];  // mincore's answer for up to 1 GiB
+  static char text[256];
+  const char* breach = nullptr;
+  *where = nullptr;
+  auto fail = [&](const char* what, char* at) {
+    if (breach == nullptr) {
+      breach = what;
+      *where = at;
+    }
+  };
+  large_locks_acquire();
+  const LargeCacheView view = large_cache_view_for_test(entries, std::size(entries));
+  std::size_t n = view.entries < std::size(entries) ? view.entries : std::size(entries);
+  std::size_t bytes = 0, dirty = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const LargeCacheEntryView& e = entries[i];
+    bytes += e.size;
+    dirty += e.dirty;
+    if (!e.fit_matches) fail("the scan's summary word disagrees with the entry", e.base);
+    if (e.dirty == 0 && e.dirty_begin != e.dirty_end) fail("a clean entry with a dirty range", e.base);
+    if (e.dirty != 0) {
+      if (e.dirty_begin >= e.dirty_end) fail("a dirty entry with an empty dirty range", e.base);
+      if (e.dirty_begin < kOsPageSize || e.dirty_end > e.size) fail("a dirty range outside its entry", e.base);
+      if (e.dirty > e.dirty_end - e.dirty_begin) fail("more dirty bytes than the dirty range holds", e.base);
+      if (view.oldest_dirty_ms > e.freed_ms) fail("the oldest-dirty bound is above a dirty entry's age", e.base);
+    }
+    for (std::size_t j = 0; j < i; ++j) {
+      const LargeCacheEntryView& o = entries[j];
+      if (e.base < o.base + o.size && o.base < e.base + e.size) fail("two entries overlap", e.base);
+    }
+    const std::size_t pages = e.size / kOsPageSize;
+    if (pages > sizeof vec || mincore(e.base, e.size, vec) != 0) {
+      fail("an entry that mincore cannot read (not mapped, or over 1 GiB)", e.base);
+      continue;
+    }
+    for (std::size_t page = 1; page < pages; ++page) {
+      const std::size_t at = page * kOsPageSize;
+      if ((e.dirty != 0 && at + kOsPageSize > e.dirty_begin && at < e.dirty_end) || (vec[page] & 1) == 0) continue;
+      const auto* words = reinterpret_cast<const std::uint64_t*>(e.base + at);
+      for (std::size_t w = 0; w < kOsPageSize / 8; ++w)
+        if (words[w] != 0) {
+          fail("data past the first page outside the dirty range", e.base + at + w * 8);
+          break;
+        }
+    }
+  }
+  if (view.entries > n) fail("more entries than the check holds", nullptr);
+  if (bytes != view.bytes) fail("the cache's byte count is not the sum of its entries", nullptr);
+  if (dirty != view.dirty_bytes) fail("the cache's dirty count is not the sum of its entries'", nullptr);
+  large_locks_release();
+  if (breach == nullptr) return nullptr;
+  std::snprintf(text, sizeof text, "%s (entries %zu, bytes %zu, dirty %zu)", breach, view.entries, view.bytes,
+                view.dirty_bytes);
+  return text;
+}
+
+// A tag in the first and last 8 bytes of each OS page of [p, p + n): what a block holds where
+// the program wrote it, and what a stale page would show.
+void TagPages(char* p, std::size_t n, std::uint64_t tag) {
+  for (std::size_t at = 0; at < n; at += kOsPageSize) {
+    std::memcpy(p + at, &tag, 8);
+    const std::size_t end = at + kOsPageSize < n ? at + kOsPageSize : n;
+    std::memcpy(p + end - 8, &tag, 8);
+  }
+}
+// The first offset in [0, n) where TagPages(p, n, tag) is not found, or n.
+std::size_t FirstUntagged(const char* p, std::size_t n, std::uint64_t tag) {
+  for (std::size_t at = 0; at < n; at += kOsPageSize) {
+    const std::size_t end = at + kOsPageSize < n ? at + kOsPageSize : n;
+    std::uint64_t first, last;
+    std::memcpy(&first, p + at, 8);
+    std::memcpy(&last, p + end - 8, 8);
+    if (first != tag) return at;
+    if (last != tag) return end - 8;
+  }
+  return n;
+}
+
+// Random traffic of large blocks through the C API (malloc, calloc, realloc that grows in place,
+// shrinks or moves, free; sizes 1.1-9 MiB and some just past the 2 MiB region size), with the
+// clock moved on by up to 300 ms a step so that entries age and decay, and a brisk_trim now and
+// then; after each step every entry keeps the promises above, every calloc reads zeros and
+// every block keeps its contents. Also run with small budgets (large_budget_invariants_test), where
+// entries are decommitted and unmapped to stay within them.
+TEST_F(LargeCacheDecay, RandomTrafficKeepsEveryEntrySound) {
+  std::uint64_t seed = 0x9E3779B97F4A7C15ull;
+  auto next = [&seed](std::uint64_t below) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    return (seed >> 33) % below;
+  };
+  struct Live {
+    char* p;
+    std::size_t n;
+    std::uint64_t tag;
+  };
+  std::vector<Live> live;
+  live.reserve(16);
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  const std::size_t min_size = static_cast<std::size_t>(options::get(options::Id::kMediumMax)) + kMiB / 8;
+  for (int step = 0; step < 400; ++step) {
+    std::size_t n = min_size + next(8 * kMiB);
+    if (next(4) == 0) n = 2 * kMiB + next(64 << 10);  // around a region's size
+    const std::uint64_t tag = 0xB0B0000000000000ull + static_cast<std::uint64_t>(step);
+    const std::uint64_t op = next(10);
+    if (op < 5 && live.size() < 12) {
+      const bool zero = op >= 3;
+      auto* p = static_cast<char*>(zero ? brisk_calloc(1, n) : brisk_malloc(n));
+      ASSERT_NE(p, nullptr) << "step " << step;
+      if (zero) ASSERT_EQ(FirstUntagged(p, n, 0), n) << "calloc read old data, step " << step;
+      TagPages(p, n, tag);
+      live.push_back({p, n, tag});
+    } else if (op < 7 && !live.empty()) {
+      Live& b = live[next(live.size())];
+      const std::size_t m = next(3) == 0 ? std::max(min_size, b.n / 2) : b.n + next(4 * kMiB);
+      auto* q = static_cast<char*>(brisk_realloc(b.p, m));
+      ASSERT_NE(q, nullptr) << "step " << step;
+      const std::size_t kept = (std::min(b.n, m) / kOsPageSize) * kOsPageSize;
+      ASSERT_EQ(FirstUntagged(q, kept, b.tag), kept) << "realloc lost contents, step " << step;
+      TagPages(q, m, tag);
+      b = {q, m, tag};
+    } else if (!live.empty()) {
+      const std::size_t k = next(live.size());
+      ASSERT_EQ(FirstUntagged(live[k].p, live[k].n, live[k].tag), live[k].n) << "step " << step;
+      brisk_free(live[k].p);
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
+    }
+    g_fake_now += next(300);
+    if (next(50) == 0) brisk_trim();
+    char* where;
+    const char* breach = CacheBreach(&where);
+    ASSERT_EQ(breach, nullptr) << breach << " at " << static_cast<void*>(where) << ", step " << step;
+  }
+  for (const Live& b : live) brisk_free(b.p);
+  char* where;
+  const char* breach = CacheBreach(&where);
+  EXPECT_EQ(breach, nullptr) << breach << " at " << static_cast<void*>(where);
 }
 
 // Run with small budgets (tests/components.cmake: large_budget_test): freed blocks beyond them
