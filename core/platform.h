@@ -35,8 +35,9 @@ void decommit(void* p, std::size_t size);
 // kernel allows it: process_madvise(2) on the calling process (PIDFD_SELF_THREAD, Linux 6.15 and
 // later) with MADV_DONTNEED, which since Linux 6.16 flushes the other CPUs' TLBs once for all the
 // ranges instead of once per range. Where the kernel refuses that, this and every later call
-// make one madvise per range (decommit_all_batches() is false from then on). Returns the system
-// calls made. errno is left as it was.
+// make one madvise per range (decommit_all_batches() is false from then on); where it refuses
+// one batch's ranges (locked pages, once a batch has worked), that batch goes a madvise per range
+// and batching stays on. Returns the system calls made. errno is left as it was.
 struct PageRange {
   void* start;
   std::size_t size;

@@ -97,10 +97,13 @@ namespace {
 // thread, and once the main thread has called pthread_exit the call fails with ESRCH.
 constexpr int kPidfdSelfThread = -10000;
 // Set once process_madvise has refused: EBADF (a kernel before 6.15, which takes the sentinel for
-// a bad descriptor), EINVAL (before 6.13 DONTNEED was not among its advice; also a range it cannot
-// advise, such as locked pages, which then turns batching off for good: harmless, a madvise per
-// range as before), ENOSYS (before 5.10), EPERM (a seccomp filter) or ESRCH.
+// a bad descriptor), EINVAL before any call of it has worked (before 6.13 DONTNEED was not among
+// its advice), ENOSYS (before 5.10), EPERM (a seccomp filter, which stays once installed) or
+// ESRCH. An EINVAL after a call has worked is the ranges' (locked pages: a program that mlocks a
+// buffer it then frees, or calls mlockall): that batch goes a madvise per range, and later ones
+// are batched again.
 std::atomic<bool> g_batch_refused{false};
+std::atomic<bool> g_batch_worked{false};  // a call has done its ranges whole
 
 // One process_madvise of `advice` over every range; false if the kernel did not do it whole
 // (refused, latched in g_batch_refused, or stopped part way: the caller then advises each range
@@ -119,10 +122,12 @@ bool advise_batch(const PageRange* ranges, std::size_t n, int advice) {
   }
   const long done = syscall(SYS_process_madvise, kPidfdSelfThread, iov, n, advice, 0u);
   if (done >= 0 && static_cast<std::size_t>(done) == total) {
+    if (!g_batch_worked.load(std::memory_order_relaxed)) g_batch_worked.store(true, std::memory_order_relaxed);
     stats::g.os_decommit_calls.fetch_add(1, std::memory_order_relaxed);
     return true;
   }
-  if (done < 0 && (errno == EBADF || errno == EINVAL || errno == ENOSYS || errno == EPERM || errno == ESRCH))
+  const bool supported = g_batch_worked.load(std::memory_order_relaxed);
+  if (done < 0 && (errno == EBADF || (errno == EINVAL && !supported) || errno == ENOSYS || errno == EPERM || errno == ESRCH))
     g_batch_refused.store(true, std::memory_order_relaxed);
 #else
   (void)ranges, (void)n, (void)advice;

@@ -191,10 +191,38 @@ TEST(Platform, DecommitAllDropsEveryRangeInOneCallAndKeepsErrno) {
   platform::unmap(p, kPages * kOs);
 }
 
+// A batch refused for its ranges (locked pages) goes a madvise per range and leaves batching on
+// for the batches after it, once one has worked: before, the first such refusal turned
+// process_madvise off for the rest of the process (a program that mlocks a buffer it frees).
+TEST(Platform, ABatchOfLockedPagesLeavesBatchingOn) {
+  if (!brisk_test::KernelAtLeast(6, 15)) GTEST_SKIP() << "process_madvise of the calling process needs Linux 6.15";
+  constexpr std::size_t kPages = 8;
+  auto* p = static_cast<unsigned char*>(platform::map(kPages * kOs));
+  ASSERT_NE(p, nullptr);
+  std::memset(p, 0x3c, kPages * kOs);
+  const platform::PageRange unlocked[] = {{p + 0 * kOs, kOs}, {p + 2 * kOs, kOs}};
+  if (platform::decommit_all(unlocked, 2) != 1u) {
+    platform::unmap(p, kPages * kOs);
+    GTEST_SKIP() << "process_madvise refused here (a seccomp filter?)";
+  }
+  if (mlock(p + 4 * kOs, 4 * kOs) != 0 || madvise(p + 5 * kOs, kOs, MADV_DONTNEED) == 0) {
+    platform::unmap(p, kPages * kOs);
+    GTEST_SKIP() << "mlock refused (RLIMIT_MEMLOCK), or it locked nothing (a sanitizer's stand-in)";
+  }
+  const platform::PageRange locked[] = {{p + 4 * kOs, kOs}, {p + 6 * kOs, kOs}};
+  EXPECT_EQ(platform::decommit_all(locked, 2), 2u) << "the refused batch went range by range";
+  EXPECT_TRUE(platform::decommit_all_batches());
+  std::memset(p, 0x3c, 4 * kOs);
+  const platform::PageRange again[] = {{p + 1 * kOs, kOs}, {p + 3 * kOs, kOs}};
+  EXPECT_EQ(platform::decommit_all(again, 2), 1u) << "batching was turned off by the locked pages";
+  ExpectDroppedPagesZero(p, kPages, [](std::size_t page) { return page == 1 || page == 3 || page == 4 || page == 6; });
+  munlock(p + 4 * kOs, 4 * kOs);
+  platform::unmap(p, kPages * kOs);
+}
+
 // Locked pages (mlock) cannot be dropped: the kernel refuses MADV_DONTNEED with EINVAL. They must
 // still read as zeros after decommit and decommit_all, which every caller trusts (calloc skips
-// its memset on pages it knows decommitted). (decommit_all's refused batch turns batching off
-// for the rest of this process: this test runs after the one that counts its calls.)
+// its memset on pages it knows decommitted).
 TEST(Platform, DecommittedLockedPagesReadAsZeros) {
   constexpr std::size_t kPages = 8;
   auto* p = static_cast<unsigned char*>(platform::map(kPages * kOs));
