@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/assert.h"
+#include "core/large.h"
 #include "core/lock.h"
 #include "core/options.h"
 #include "core/platform.h"
@@ -423,7 +424,7 @@ Chunk* chunk_create(Heap* owner) {
     }
   }
   if (c == nullptr) {
-    c = static_cast<Chunk*>(platform::map_aligned(kChunkSize, kChunkSize));
+    c = static_cast<Chunk*>(map_aligned_or_flush_caches(kChunkSize, kChunkSize));
     if (c == nullptr) return nullptr;
     stats::add(stats::g.chunks_mapped, 1);
     region_set(reinterpret_cast<std::uintptr_t>(c), kRegionChunk);

@@ -506,7 +506,7 @@ void* large_alloc(std::size_t size, std::size_t alignment, bool zero, const void
   } else {
     std::size_t grow = map_align == kChunkSize && need < kMinGrow && fresh_rest_fits(kMinGrow - need) ? kMinGrow : need;
     base = static_cast<char*>(platform::map_aligned(grow, map_align));
-    if (base == nullptr && grow > need) base = static_cast<char*>(platform::map_aligned(grow = need, map_align));
+    if (base == nullptr) base = static_cast<char*>(map_aligned_or_flush_caches(grow = need, map_align));
     if (base == nullptr) return nullptr;
     stats::add(&stats::Stripe::large_bytes_mapped, static_cast<std::int64_t>(grow));
     if (grow > need) cache_rest_of_fresh(base + need, grow - need, platform::now_ms());
@@ -634,7 +634,7 @@ void* large_realloc(void* p, LargeHeader* h, std::size_t new_size) {
   std::size_t old = h->map_size;
   // Move the pages (not the bytes) to a fresh aligned reservation: mremap with MREMAP_FIXED
   // keeps the alignment that the region map relies on.
-  char* target = static_cast<char*>(platform::map_aligned(need, h->alignment));
+  char* target = static_cast<char*>(map_aligned_or_flush_caches(need, h->alignment));
   if (target == nullptr) return nullptr;
   // Unmark p's region while the pages are still there: once they move, another thread may map
   // a block in the space they leave and mark the region as its own.
@@ -692,6 +692,12 @@ std::size_t large_cache_flush() {
     bytes += e.size;
   }
   return bytes;
+}
+
+void* map_aligned_or_flush_caches(std::size_t size, std::size_t alignment) {
+  void* p = platform::map_aligned(size, alignment);
+  if (p == nullptr && large_cache_flush() + chunk_cache_flush() != 0) p = platform::map_aligned(size, alignment);
+  return p;
 }
 
 std::size_t large_cache_resident_bytes() {

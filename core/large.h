@@ -71,6 +71,13 @@ extern std::atomic<void (*)(void* old_p)> g_large_moved_test_hook;
 std::size_t large_cache_decay(std::uint64_t now_ms, bool* pending = nullptr);
 // Returns every cached mapping to the OS. Returns bytes unmapped.
 std::size_t large_cache_flush();
+// platform::map_aligned, and where the OS refuses (ENOMEM: RLIMIT_AS, the commit limit of
+// vm.overcommit_memory=2, vm.max_map_count), once more after giving back the address space the
+// core's caches hold: every cached large mapping and every cached empty chunk. Without that a
+// program under such a limit got ENOMEM (and operator new's handler loop bad_alloc, its reserve
+// freed) while brisk held hundreds of MiB of freed mappings. For chunk_create and large blocks;
+// the caller holds neither cache's lock.
+void* map_aligned_or_flush_caches(std::size_t size, std::size_t alignment);
 // Bytes of the cached mappings that were resident when they were cached (mincore then).
 std::size_t large_cache_resident_bytes();
 // Tests: a copy of the cache as it is now, so that a test can check the invariants large.cc

@@ -38,10 +38,14 @@ bool injected_failure() {
   return false;
 }
 
+// Without MAP_NORESERVE: under the kernel's default overcommit heuristic (vm.overcommit_memory
+// 0) a mapping larger than RAM and swap together is then refused, so malloc(16 TiB) returns NULL
+// with ENOMEM as glibc's does, instead of a pointer the first touch of which summons the OOM
+// killer. The heuristic refuses nothing a machine could back; under strict accounting (2) the
+// flag is ignored anyway, and under 1 every mapping goes through.
 void* raw_map(std::size_t size) {
   if (injected_failure()) return nullptr;
-  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                 -1, 0);
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return nullptr;
   stats::g.os_map_calls.fetch_add(1, std::memory_order_relaxed);
   return p;

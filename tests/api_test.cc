@@ -7,8 +7,14 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+#include <sys/sysinfo.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -391,6 +397,113 @@ TEST(BriskErrno, AlignedAllocTooLarge) {
     EXPECT_EQ(errno, ENOMEM) << "brisk_aligned_alloc(64, " << s << ")";
     if (p) brisk_free(p);
   }
+}
+
+// More than the machine's RAM and swap together: the kernel's overcommit heuristic (the default,
+// vm.overcommit_memory=0) refuses such a mapping, and the call fails as glibc's does. Before,
+// brisk mapped with MAP_NORESERVE, which skips the heuristic, and malloc(16 TiB) returned a
+// pointer.
+TEST(BriskErrno, MoreThanTheMachineHoldsFailsWithEnomem) {
+  FILE* f = std::fopen("/proc/sys/vm/overcommit_memory", "r");
+  int mode = -1;
+  if (f != nullptr) {
+    if (std::fscanf(f, "%d", &mode) != 1) mode = -1;
+    std::fclose(f);
+  }
+  if (mode != 0 && mode != 2) GTEST_SKIP() << "vm.overcommit_memory is " << mode << ": the kernel maps any size";
+  struct sysinfo si;
+  ASSERT_EQ(sysinfo(&si), 0);
+  const unsigned __int128 machine =
+      (static_cast<unsigned __int128>(si.totalram) + si.totalswap) * (si.mem_unit == 0 ? 1 : si.mem_unit);
+  if (machine * 2 >= size_t{1} << 46) GTEST_SKIP() << "a machine of more than 32 TiB";
+  const size_t size = static_cast<size_t>(machine * 2);
+  errno = 0;
+  void* p = brisk_malloc(Opaque(size));
+  EXPECT_EQ(p, nullptr) << "brisk_malloc(" << size << ")";
+  EXPECT_EQ(errno, ENOMEM);
+  if (p) brisk_free(p);
+  errno = 0;
+  p = brisk_calloc(Opaque(1), Opaque(size));
+  EXPECT_EQ(p, nullptr) << "brisk_calloc(1, " << size << ")";
+  EXPECT_EQ(errno, ENOMEM);
+  if (p) brisk_free(p);
+  errno = 0;
+  p = brisk_aligned_alloc(Opaque(size_t{1} << 20), Opaque(size));
+  EXPECT_EQ(p, nullptr) << "brisk_aligned_alloc(1 MiB, " << size << ")";
+  EXPECT_EQ(errno, ENOMEM);
+  if (p) brisk_free(p);
+  for (size_t start : {size_t{40}, size_t{3} << 20}) {
+    char* q = static_cast<char*>(brisk_malloc(start));
+    ASSERT_NE(q, nullptr);
+    Fill(q, start, start);
+    errno = 0;
+    void* r = brisk_realloc(q, Opaque(size));
+    EXPECT_EQ(r, nullptr) << "brisk_realloc(" << start << " bytes, " << size << ")";
+    EXPECT_EQ(errno, ENOMEM);
+    if (r != nullptr) {
+      brisk_free(r);
+    } else {
+      EXPECT_EQ(FirstMismatch(q, start, start), SIZE_MAX) << "the failed realloc damaged the block";
+      brisk_free(q);
+    }
+  }
+}
+
+// This process's address space now (VmSize of /proc/self/status), or 0.
+size_t AddressSpaceBytes() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  size_t kib = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr)
+    if (std::sscanf(line, "VmSize: %zu kB", &kib) == 1) break;
+  std::fclose(f);
+  return kib * 1024;
+}
+
+// Under a limit on address space (RLIMIT_AS; the commit limit of vm.overcommit_memory=2 and
+// vm.max_map_count fail mappings the same way), mappings brisk keeps cached after their blocks
+// were freed are given back before an allocation fails: a big block after big ones were freed,
+// then small blocks (new chunks) after that one was freed. Before, both failed with ENOMEM while
+// the large cache held the room. In a child process, which the limit cannot outlive.
+TEST(BriskErrno, FreedMappingsMakeRoomBeforeAnAllocationFails) {
+  constexpr size_t kMiB = size_t{1} << 20;
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const size_t now = AddressSpaceBytes();
+    if (now == 0) _exit(10);
+    struct rlimit limit;
+    limit.rlim_cur = limit.rlim_max = now + 512 * kMiB;
+    if (setrlimit(RLIMIT_AS, &limit) != 0) _exit(11);
+    void* big[4];
+    for (void*& b : big) {
+      b = brisk_malloc(32 * kMiB);
+      if (b == nullptr) _exit(12);  // 128 MiB (in at most 256 MiB of mappings) fit under the limit
+      static_cast<char*>(b)[0] = 1;
+    }
+    for (void* b : big) brisk_free(b);
+    char* whole = static_cast<char*>(brisk_malloc(400 * kMiB));
+    if (whole == nullptr) _exit(13);  // needs the room the cache held
+    whole[400 * kMiB - 1] = 1;
+    brisk_free(whole);
+    std::vector<void*> small;
+    small.reserve(16384);
+    for (size_t i = 0; i < 200 * kMiB / (16 << 10); ++i) {
+      void* b = brisk_malloc(16 << 10);  // small blocks: new chunks, 200 MiB of them
+      if (b == nullptr) _exit(14);
+      small.push_back(b);
+    }
+    for (void* b : small) brisk_free(b);
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died (signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0) << ")";
+  const int code = WEXITSTATUS(status);
+  EXPECT_NE(code, 13) << "a 400 MiB block failed while the freed 32 MiB blocks' mappings were cached";
+  EXPECT_NE(code, 14) << "new chunks failed while the freed 400 MiB mapping was cached";
+  EXPECT_EQ(code, 0) << "10: no VmSize; 11: setrlimit refused; 12: four 32 MiB blocks did not fit";
 }
 
 // ---- brisk::allocator ------------------------------------------------------------------------
