@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <condition_variable>
@@ -246,6 +247,69 @@ TEST_F(Background, APurgeCheckUnderABareLockLeavesASpanPurgedInPlace) {
   Passes(3, 1000);
   go(2);
   worker.join();
+}
+
+// A thread's purge gives back the pages its batch holds before it destroys a spare empty chunk:
+// chunk_destroy waits for the registry lock (behind a trim or decay sweep, or fork's prepare
+// handler), and until the batch is sent its pages are out of every other heap's reach (and, in
+// the child of a fork made meanwhile, lost). A thread holds the registry lock shared here, as a
+// sweep would; before, the pages stayed claimed until it let go.
+TEST_F(Background, APurgeGivesBackItsPagesBeforeItWaitsToDestroyAChunk) {
+  using brisk::Chunk;
+  brisk_free(brisk_malloc(16));  // this thread has a heap
+  brisk::Heap* h = brisk::t_heap;
+  brisk::HeapSlowLock lock(h);
+  Chunk* spare[2] = {brisk::chunk_create(h), brisk::chunk_create(h)};
+  Chunk* used = brisk::chunk_create(h);
+  ASSERT_TRUE(spare[0] != nullptr && spare[1] != nullptr && used != nullptr);
+  // The heap walks its chunks from the head: the used one, then the spare kept, then the one
+  // destroyed.
+  brisk::chunk_list_push(h->chunks, spare[1]);
+  brisk::chunk_list_push(h->chunks, spare[0]);
+  brisk::chunk_list_push(h->chunks, used);
+  std::vector<unsigned> pages;
+  for (int i = 0; i < 8; ++i) {
+    const unsigned p = brisk::chunk_claim_pages(used, 1);
+    ASSERT_NE(p, 0u);
+    std::memset(used->page_address(p), 0x5C, brisk::kPageSize);
+    pages.push_back(p);
+  }
+  std::uint64_t freed = 0;
+  for (std::size_t k = 1; k < pages.size(); k += 2) {
+    brisk::chunk_release_pages(used, pages[k], 1);
+    freed |= std::uint64_t{1} << pages[k];
+  }
+  ASSERT_EQ(used->dirty_pages.load() & freed, freed);
+  std::atomic<int> stage{0};  // 1: the registry lock is held; 2: let it go
+  std::thread sweep([&stage] {
+    brisk::chunk_for_each_live(
+        [](Chunk*, void* arg) {
+          auto* st = static_cast<std::atomic<int>*>(arg);
+          int expected = 0;
+          if (st->compare_exchange_strong(expected, 1))
+            while (st->load() != 2) std::this_thread::yield();
+        },
+        &stage);
+  });
+  while (stage.load() != 1) std::this_thread::yield();
+  bool given_back_while_waiting = false;
+  std::thread watcher([&] {
+    // Free and clean while the lock is still held: sent before chunk_destroy, which cannot
+    // finish meanwhile.
+    for (int i = 0; i < 2000 && !given_back_while_waiting; ++i) {
+      given_back_while_waiting =
+          (used->free_pages.load() & freed) == freed && (used->dirty_pages.load() & freed) == 0;
+      if (!given_back_while_waiting) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    stage.store(2);
+  });
+  brisk::heap_purge(h, 0);
+  watcher.join();
+  sweep.join();
+  EXPECT_TRUE(given_back_while_waiting) << "the batch's pages stayed claimed while the purge waited for the registry lock";
+  EXPECT_EQ(used->free_pages.load() & freed, freed);
+  EXPECT_EQ(static_cast<unsigned char>(used->page_address(pages[0])[100]), 0x5Cu) << "a live page lost its data";
+  for (std::size_t k = 0; k < pages.size(); k += 2) brisk::chunk_release_pages(used, pages[k], 1);
 }
 
 TEST_F(Background, FreePagesOfExitedThreadsChunksAreReturned) {

@@ -43,6 +43,10 @@ std::size_t heap_purge(Heap* h, std::size_t keep) {
     std::uint64_t free_dirty = free & c->dirty_pages.load(std::memory_order_relaxed);
     if (lazy) free_dirty &= ~c->lazy_pages.load(std::memory_order_relaxed);
     if (free == kAllPagesFree && kept_spare) {
+      // The batch's pages first: chunk_destroy may wait for the registry lock (behind a whole
+      // trim or decay sweep, or fork's prepare handler, whose child would then never get them
+      // back), and no other heap can use pages the batch holds meanwhile.
+      batch.flush();
       chunk_list_remove(h->chunks, c);
       if (chunk_destroy(c)) {
         // Its dirty pages were decommitted or unmapped. (A loop: __builtin_popcountll would
