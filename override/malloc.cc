@@ -137,7 +137,9 @@ BRISK_EXPORT struct mallinfo mallinfo() noexcept {
   return m;
 }
 BRISK_EXPORT void malloc_stats() noexcept { brisk_print_stats(stderr, 0); }
-// glibc's contract: options must be 0 (else EINVAL); XML in glibc's schema, free blocks by class.
+// options must be 0: else -1 with errno EINVAL, as malloc_info(3) documents (glibc 2.36 itself
+// returns the value EINVAL and leaves errno alone; a caller that tests for nonzero sees a failure
+// either way). XML in glibc's schema, free blocks by class.
 BRISK_EXPORT int malloc_info(int options, FILE* out) noexcept {
   if (options != 0) {
     errno = EINVAL;
