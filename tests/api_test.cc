@@ -464,8 +464,10 @@ size_t AddressSpaceBytes() {
 // Under a limit on address space (RLIMIT_AS; the commit limit of vm.overcommit_memory=2 and
 // vm.max_map_count fail mappings the same way), mappings brisk keeps cached after their blocks
 // were freed are given back before an allocation fails: a big block after big ones were freed,
-// then small blocks (new chunks) after that one was freed. Before, both failed with ENOMEM while
-// the large cache held the room. In a child process, which the limit cannot outlive.
+// then small blocks (new chunks) after that one was freed, then the big block again after the
+// small ones were freed (their emptied chunks, which the thread's heap keeps, go back through a
+// trim). Before, each failed with ENOMEM while brisk held the room. In a child process, which the
+// limit cannot outlive.
 TEST(BriskErrno, FreedMappingsMakeRoomBeforeAnAllocationFails) {
   constexpr size_t kMiB = size_t{1} << 20;
   const pid_t pid = fork();
@@ -495,6 +497,9 @@ TEST(BriskErrno, FreedMappingsMakeRoomBeforeAnAllocationFails) {
       small.push_back(b);
     }
     for (void* b : small) brisk_free(b);
+    whole = static_cast<char*>(brisk_malloc(400 * kMiB));
+    if (whole == nullptr) _exit(15);  // needs the chunks the small blocks emptied
+    brisk_free(whole);
     _exit(0);
   }
   int status = 0;
@@ -503,6 +508,7 @@ TEST(BriskErrno, FreedMappingsMakeRoomBeforeAnAllocationFails) {
   const int code = WEXITSTATUS(status);
   EXPECT_NE(code, 13) << "a 400 MiB block failed while the freed 32 MiB blocks' mappings were cached";
   EXPECT_NE(code, 14) << "new chunks failed while the freed 400 MiB mapping was cached";
+  EXPECT_NE(code, 15) << "a 400 MiB block failed while the thread's heap kept the chunks its frees emptied";
   EXPECT_EQ(code, 0) << "10: no VmSize; 11: setrlimit refused; 12: four 32 MiB blocks did not fit";
 }
 

@@ -228,12 +228,27 @@ LargeMapping stash_take(Heap* h) {
 
 }  // namespace
 
+namespace {
+// A large block the OS refused to map even after the core gave back its caches' mappings
+// (map_aligned_or_flush_caches): the address space may be in chunks emptied by this thread's
+// frees, which its heap keeps, or in empty abandoned chunks, which only a trim gives back. One
+// brisk_trim, then one more try (RLIMIT_AS: a 96 MiB block after 3.5 million 64-byte blocks were
+// freed; operator new's handler loop after the handler freed a reserve). No lock is held here.
+void* large_alloc_after_trim(std::size_t size, std::size_t alignment, bool zero, Heap* owner, bool grows) {
+  if (process_trim() == 0) return nullptr;
+  return large_alloc(size, alignment, zero, owner, grows);
+}
+}  // namespace
+
 void* large_alloc_here(std::size_t size, std::size_t alignment, bool zero, bool grows) {
   Heap* h = t_heap;
   // A thread's first block may be a large one that its stash could hold: it gets its heap here,
   // as its first medium block would, so that the block can come back to the stash.
   if (h == &g_sentinel_heap && size <= kMediumMax) h = heap_for_this_thread();
-  if (h == nullptr || !heap_is_attached(h)) return large_alloc(size, alignment, zero, nullptr, grows);
+  if (h == nullptr || !heap_is_attached(h)) {
+    void* p = large_alloc(size, alignment, zero, nullptr, grows);
+    return p != nullptr ? p : large_alloc_after_trim(size, alignment, zero, nullptr, grows);
+  }
   if (alignment <= kMinAlign && load_shared(h->large_stash.base) != nullptr) {
     HeapSlowLock lock(h);
     if (h->large_stash.base != nullptr) {
@@ -243,7 +258,8 @@ void* large_alloc_here(std::size_t size, std::size_t alignment, bool zero, bool 
       }
     }
   }
-  return large_alloc(size, alignment, zero, h, grows);
+  void* p = large_alloc(size, alignment, zero, h, grows);
+  return p != nullptr ? p : large_alloc_after_trim(size, alignment, zero, h, grows);
 }
 
 // Only a mapping this thread's heap allocated is stashed: a thread that frees the large blocks
