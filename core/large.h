@@ -81,7 +81,7 @@ void* map_aligned_or_flush_caches(std::size_t size, std::size_t alignment);
 // Bytes of the cached mappings that were resident when they were cached (mincore then).
 std::size_t large_cache_resident_bytes();
 // Tests: a copy of the cache as it is now, so that a test can check the invariants large.cc
-// keeps (tests/large_test.cc, LargeCacheInvariants). The caller holds the cache's lock
+// keeps (tests/large_test.cc, RandomTrafficKeepsEveryEntrySound). The caller holds the cache's lock
 // (large_locks_acquire), and may read the entries' pages before it lets go: no entry is unmapped
 // or decommitted meanwhile. Fills out[0 .. min(max, entries)) in the cache's order.
 struct LargeCacheEntryView {

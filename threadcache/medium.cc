@@ -226,9 +226,6 @@ LargeMapping stash_take(Heap* h) {
   return m;
 }
 
-}  // namespace
-
-namespace {
 // A large block the OS refused to map even after the core gave back its caches' mappings
 // (map_aligned_or_flush_caches): the address space may be in chunks emptied by this thread's
 // frees, which its heap keeps, or in empty abandoned chunks, which only a trim gives back. One
@@ -238,6 +235,7 @@ void* large_alloc_after_trim(std::size_t size, std::size_t alignment, bool zero,
   if (process_trim() == 0) return nullptr;
   return large_alloc(size, alignment, zero, owner, grows);
 }
+
 }  // namespace
 
 void* large_alloc_here(std::size_t size, std::size_t alignment, bool zero, bool grows) {
