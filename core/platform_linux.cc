@@ -30,6 +30,23 @@ namespace {
 
 std::atomic<long> g_map_failure_after{-1};
 
+// open, close, read, pread, write, nanosleep and getrandom through syscall(2), which is no cancellation
+// point: glibc's wrappers are, and a thread with a cancellation pending (deferred, the default)
+// was unwound from inside brisk, which is built without exceptions, so no destructor ran: a
+// calloc of a reused block reads /proc/self/pagemap (zero_pages) and left its block neither
+// handed out nor free, and on the large stash's path its heap's lock held, on which the next
+// fork then hung in atfork_prepare. POSIX allows no cancellation point in malloc's functions.
+// Same results and errno as the wrappers.
+int open_nc(const char* path, int flags, mode_t mode = 0) {
+  return static_cast<int>(syscall(SYS_openat, AT_FDCWD, path, flags, mode));
+}
+void close_nc(int fd) { syscall(SYS_close, fd); }
+ssize_t read_nc(int fd, void* buf, std::size_t n) { return static_cast<ssize_t>(syscall(SYS_read, fd, buf, n)); }
+ssize_t pread_nc(int fd, void* buf, std::size_t n, off_t offset) {
+  return static_cast<ssize_t>(syscall(SYS_pread64, fd, buf, n, offset));
+}
+ssize_t write_nc(int fd, const void* buf, std::size_t n) { return static_cast<ssize_t>(syscall(SYS_write, fd, buf, n)); }
+
 bool injected_failure() {
   long n = g_map_failure_after.load(std::memory_order_relaxed);
   if (n < 0) return false;
@@ -284,7 +301,7 @@ int pagemap_fd() {
         break;
       }
     }
-    const int opened = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    const int opened = open_nc("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
     struct stat st;
     const bool usable = opened >= 0 && fstat(opened, &st) == 0;
     if (usable) {
@@ -294,10 +311,10 @@ int pagemap_fd() {
     const std::uint64_t mine = (std::uint64_t{pid} << 32) | (usable ? static_cast<std::uint32_t>(opened) : kPagemapMissing);
     if (g_pagemap.compare_exchange_strong(seen, mine, std::memory_order_acq_rel)) {
       fd = usable ? opened : -1;
-      if (!usable && opened >= 0) close(opened);
+      if (!usable && opened >= 0) close_nc(opened);
       break;
     }
-    if (opened >= 0) close(opened);  // never published: another thread's won
+    if (opened >= 0) close_nc(opened);  // never published: another thread's won
   }
   errno = saved_errno;
   return fd;
@@ -347,7 +364,7 @@ bool zero_window(char* w, std::size_t pages) {
     const std::size_t n = last - first + 1;
     const auto offset = static_cast<off_t>((reinterpret_cast<std::uintptr_t>(w) / kOsPageSize + first) * sizeof(std::uint64_t));
     const int saved_errno = errno;
-    mapped = pread(fd, entries + first, n * sizeof(std::uint64_t), offset) == static_cast<ssize_t>(n * sizeof(std::uint64_t));
+    mapped = pread_nc(fd, entries + first, n * sizeof(std::uint64_t), offset) == static_cast<ssize_t>(n * sizeof(std::uint64_t));
     errno = saved_errno;
   }
   auto state_of = [&](std::size_t i) {
@@ -409,7 +426,7 @@ bool start_thread(void* (*fn)(void*), void* arg) {
 
 void sleep_ms(std::uint64_t ms) {
   timespec ts{static_cast<time_t>(ms / 1000), static_cast<long>(ms % 1000) * 1000000};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  while (syscall(SYS_nanosleep, &ts, &ts) != 0 && errno == EINTR) {
   }
 }
 
@@ -458,14 +475,14 @@ bool remap_to(void* old_p, std::size_t old_size, void* target, std::size_t new_s
 std::uint64_t current_thread_id() { return static_cast<std::uint64_t>(syscall(SYS_gettid)); }
 
 std::size_t process_resident_bytes() {
-  int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  int fd = open_nc("/proc/self/statm", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;
   char text[128];
   ssize_t n;
   do {
-    n = read(fd, text, sizeof text - 1);
+    n = read_nc(fd, text, sizeof text - 1);
   } while (n < 0 && errno == EINTR);
-  close(fd);
+  close_nc(fd);
   if (n <= 0) return 0;
   text[n] = '\0';
   // "size resident shared text lib data dt", in pages.
@@ -490,11 +507,11 @@ const char* get_env(const char* name) {
 
 void write_stderr(const char* text, std::size_t length) { write_fd(2, text, length); }
 
-int open_log_file(const char* path) { return open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644); }
+int open_log_file(const char* path) { return open_nc(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644); }
 
 void write_fd(int fd, const char* text, std::size_t length) {
   while (length > 0) {
-    ssize_t w = write(fd, text, length);
+    ssize_t w = write_nc(fd, text, length);
     if (w < 0) {
       if (errno == EINTR) continue;
       return;
@@ -508,7 +525,8 @@ void abort_process() { abort(); }
 
 std::uint64_t random_u64() {
   std::uint64_t r = 0;
-  if (getrandom(&r, sizeof r, GRND_NONBLOCK) == static_cast<ssize_t>(sizeof r) && r != 0) return r;
+  // syscall(2): glibc's getrandom is a cancellation point (see open_nc).
+  if (syscall(SYS_getrandom, &r, sizeof r, GRND_NONBLOCK) == static_cast<long>(sizeof r) && r != 0) return r;
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
   r = static_cast<std::uint64_t>(ts.tv_nsec) * 0x9E3779B97F4A7C15ull ^

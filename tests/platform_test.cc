@@ -4,11 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -137,6 +139,55 @@ TEST(PlatformZeroPages, WithPagemapPresentPagesAreZeroedAndUntouchedOnesLeftAlon
 }
 
 TEST(PlatformZeroPages, WithoutPagemapUntouchedRunsAreDecommitted) { ZeroPagesCheck(false); }
+
+// What the platform layer calls inside malloc's functions is no cancellation point: a thread
+// with a cancellation pending (deferred, the default) goes through zero_pages (which reads
+// /proc/self/pagemap: calloc of a reused block), process_resident_bytes, write_fd and sleep_ms
+// and only then acts on it, at its own pthread_testcancel. Before, the open and pread of pagemap
+// unwound it from inside calloc: the block was lost, and on the large stash's path its heap's lock
+// stayed held, on which the next fork hung.
+struct CancelProbe {
+  unsigned char* p = nullptr;
+  int devnull = -1;
+  std::atomic<int> stage{0};  // 1: ready, cancellation disabled; 2: cancel sent
+  bool reached = false;
+};
+void* CancelledThread(void* arg) {
+  auto* probe = static_cast<CancelProbe*>(arg);
+  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, nullptr);
+  probe->stage.store(1);
+  while (probe->stage.load() != 2) std::this_thread::yield();
+  pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, nullptr);  // pending now; deferred
+  platform::zero_pages(probe->p, 32 * kOs);
+  (void)platform::process_resident_bytes();
+  platform::write_fd(probe->devnull, "x", 1);
+  platform::sleep_ms(1);
+  probe->reached = true;
+  pthread_testcancel();
+  return nullptr;
+}
+
+TEST(Platform, NoCallInsideMallocActsOnAPendingCancellation) {
+  if (!PagemapReadable()) GTEST_SKIP() << "/proc/self/pagemap cannot be read here";
+  CancelProbe probe;
+  probe.p = static_cast<unsigned char*>(platform::map(32 * kOs));
+  ASSERT_NE(probe.p, nullptr);
+  for (std::size_t page : {0, 5, 6, 20}) std::memset(probe.p + page * kOs + 100, 0xEE, 200);  // a partly untouched block
+  probe.devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
+  ASSERT_GE(probe.devnull, 0);
+  pthread_t t;
+  ASSERT_EQ(pthread_create(&t, nullptr, CancelledThread, &probe), 0);
+  while (probe.stage.load() != 1) std::this_thread::yield();
+  ASSERT_EQ(pthread_cancel(t), 0);
+  probe.stage.store(2);
+  void* result = nullptr;
+  ASSERT_EQ(pthread_join(t, &result), 0);
+  EXPECT_EQ(result, PTHREAD_CANCELED);
+  EXPECT_TRUE(probe.reached) << "the thread was cancelled inside the platform layer";
+  EXPECT_EQ(FirstNonZeroByte(probe.p, 32 * kOs), SIZE_MAX);
+  close(probe.devnull);
+  platform::unmap(probe.p, 32 * kOs);
+}
 
 // populate makes untouched pages resident without a write, counts its call, keeps their zeros
 // and leaves errno alone. From Linux 5.14 on it must work; before, it returns false, and keeps
