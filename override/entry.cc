@@ -196,9 +196,9 @@ void* aligned_alloc_impl(std::size_t alignment, std::size_t size) {
     return nullptr;
   }
   if (alignment <= kMinAlign) return malloc_inline(size);
+  const auto debug_kind = debug::t_alloc_kind == debug::Kind::kMalloc ? debug::Kind::kAligned : debug::t_alloc_kind;
   if (BRISK_UNLIKELY(debug_mode_on()) && alignment <= debug::kMaxAlignment)
-    return debug::allocate(size, alignment,
-                           debug::t_alloc_kind == debug::Kind::kMalloc ? debug::Kind::kAligned : debug::t_alloc_kind, false);
+    return debug::allocate(size, alignment, debug_kind, false);
   if (alignment <= kPageSize) {
     std::size_t s = size < alignment ? alignment : size;
     if (s <= kSmallMax) {
@@ -206,7 +206,15 @@ void* aligned_alloc_impl(std::size_t alignment, std::size_t size) {
       // whose size is a multiple of the alignment serves it. One exists by 64 KiB at the latest.
       unsigned c = size_to_class(s);
       while (kClasses[c].size % alignment != 0) ++c;
-      return alloc_small(t_heap, c, size);
+      void* p = alloc_small(t_heap, c, size);
+      // Debug mode switched on since the check above: the refill handed the request to the
+      // debug layer, whose hook knows no alignment (a 16-byte aligned debug block of the
+      // thread's allocation kind). That block goes back, and one is made with the alignment.
+      if (BRISK_UNLIKELY((reinterpret_cast<std::uintptr_t>(p) & (alignment - 1)) != 0)) {
+        free_checked_impl(p, static_cast<int>(debug::t_alloc_kind), 0);
+        return debug::allocate(size, alignment, debug_kind, false);
+      }
+      return p;
     }
   }
   return alloc_big(size, alignment, false);
