@@ -30,13 +30,13 @@ namespace {
 
 std::atomic<long> g_map_failure_after{-1};
 
-// open, close, read, pread, write, nanosleep and getrandom through syscall(2), which is no cancellation
-// point: glibc's wrappers are, and a thread with a cancellation pending (deferred, the default)
-// was unwound from inside brisk, which is built without exceptions, so no destructor ran: a
-// calloc of a reused block reads /proc/self/pagemap (zero_pages) and left its block neither
-// handed out nor free, and on the large stash's path its heap's lock held, on which the next
-// fork then hung in atfork_prepare. POSIX allows no cancellation point in malloc's functions.
-// Same results and errno as the wrappers.
+// open, close, read, pread, write, nanosleep and getrandom go through syscall(2), which is no
+// cancellation point: glibc's wrappers are, and a thread with a cancellation pending (deferred,
+// the default) was unwound from inside brisk, which is built without exceptions, so no
+// destructor ran: a calloc of a reused block reads /proc/self/pagemap (zero_pages) and left its
+// block neither handed out nor free, and on the large stash's path its heap's lock held, on which
+// the next fork then hung in atfork_prepare. POSIX allows no cancellation point in malloc's
+// functions. Same results and errno as the wrappers.
 int open_nc(const char* path, int flags, mode_t mode = 0) {
   return static_cast<int>(syscall(SYS_openat, AT_FDCWD, path, flags, mode));
 }

@@ -78,6 +78,13 @@ void* grow_elsewhere(std::size_t old_usable, std::size_t size) {
   return q;
 }
 
+// A debug block for an aligned allocation: its kind is the caller's (operator new's), or
+// "aligned" for the C calls.
+void* aligned_debug_block(std::size_t size, std::size_t alignment) {
+  const debug::Kind kind = debug::t_alloc_kind == debug::Kind::kMalloc ? debug::Kind::kAligned : debug::t_alloc_kind;
+  return debug::allocate(size, alignment, kind, false);
+}
+
 void* move_block(void* p, std::size_t old_usable, std::size_t size) {
   void* q = size > old_usable ? grow_elsewhere(old_usable, size) : malloc_inline(size);
   if (q == nullptr) return nullptr;  // errno is set; p is intact
@@ -196,9 +203,7 @@ void* aligned_alloc_impl(std::size_t alignment, std::size_t size) {
     return nullptr;
   }
   if (alignment <= kMinAlign) return malloc_inline(size);
-  const auto debug_kind = debug::t_alloc_kind == debug::Kind::kMalloc ? debug::Kind::kAligned : debug::t_alloc_kind;
-  if (BRISK_UNLIKELY(debug_mode_on()) && alignment <= debug::kMaxAlignment)
-    return debug::allocate(size, alignment, debug_kind, false);
+  if (BRISK_UNLIKELY(debug_mode_on()) && alignment <= debug::kMaxAlignment) return aligned_debug_block(size, alignment);
   if (alignment <= kPageSize) {
     std::size_t s = size < alignment ? alignment : size;
     if (s <= kSmallMax) {
@@ -212,7 +217,7 @@ void* aligned_alloc_impl(std::size_t alignment, std::size_t size) {
       // thread's allocation kind). That block goes back, and one is made with the alignment.
       if (BRISK_UNLIKELY((reinterpret_cast<std::uintptr_t>(p) & (alignment - 1)) != 0)) {
         free_checked_impl(p, static_cast<int>(debug::t_alloc_kind), 0);
-        return debug::allocate(size, alignment, debug_kind, false);
+        return aligned_debug_block(size, alignment);
       }
       return p;
     }
