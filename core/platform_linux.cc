@@ -474,6 +474,13 @@ bool remap_to(void* old_p, std::size_t old_size, void* target, std::size_t new_s
 
 std::uint64_t current_thread_id() { return static_cast<std::uint64_t>(syscall(SYS_gettid)); }
 
+bool thread_gone(std::uint64_t tid) {
+  const int saved_errno = errno;
+  const bool gone = syscall(SYS_tgkill, syscall(SYS_getpid), static_cast<pid_t>(tid), 0) != 0 && errno == ESRCH;
+  errno = saved_errno;
+  return gone;
+}
+
 std::size_t process_resident_bytes() {
   int fd = open_nc("/proc/self/statm", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;

@@ -48,6 +48,7 @@ std::atomic<std::size_t> g_bytes_returned{0};
 // The pass's own state, under g_pass_lock (a test may call background_pass beside the thread).
 SpinLock g_pass_lock;
 std::uint64_t g_last_decay_ms = 0;
+std::atomic<std::uint64_t> g_last_reap_ms{0};  // outside the pass lock: tests run passes too
 std::uint64_t g_backoff_ms = kMinSleepMs;
 
 // Spans seen in one reclaim, with the queued blocks counted for each: an open-addressed table
@@ -327,6 +328,13 @@ std::uint64_t background_pass(std::uint64_t now) {
   // main may run this pass while debug/'s constructor writes them.
   if (g_debug_blocks_may_exist.load(std::memory_order_acquire))
     if (auto idle_quarantine = g_debug_hooks.quarantine_idle) idle_quarantine(now, idle);
+  // Heaps left attached by threads that are gone (heap_reap_exited), among those the last pass
+  // saw idle, at most once per BRISK_IDLE_MS: one tgkill each. Outside the pass lock, as at
+  // thread exit.
+  if (now - g_last_reap_ms.load(std::memory_order_relaxed) >= idle) {
+    g_last_reap_ms.store(now, std::memory_order_relaxed);
+    heap_reap_exited(true);
+  }
   LockGuard g(g_pass_lock);
   std::size_t bytes = 0;
   if (!g_orphan_heap.incoming.empty()) drain_orphans();

@@ -320,6 +320,10 @@ BRISK_ALWAYS_INLINE void free_fast(void* p, Extra... extra) {
 
 // Heap lifecycle (heap_lifecycle.cc), for the slow paths.
 Heap* heap_for_this_thread();          // creates the thread's heap on first use; nullptr: no memory
+// Gives back to the pool, detached, the heap of every thread that is gone without its key
+// destructor having run (heap_lifecycle.cc); only_idle: only heaps the background pass has seen
+// idle. The heaps given back.
+std::size_t heap_reap_exited(bool only_idle = false);
 inline bool heap_is_attached(const Heap* h) { return h != &g_sentinel_heap && h != &g_exited_heap; }
 // A heap attached to no thread, for one allocation of an exited thread; nullptr: no memory.
 // heap_give_back detaches it again, as at thread exit: the block's span becomes an orphan.

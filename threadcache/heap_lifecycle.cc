@@ -60,11 +60,22 @@ std::uint32_t g_next_heap_id = 1;
 std::atomic<Heap*> g_all_heaps{nullptr};
 constexpr std::size_t kSlabBytes = 256 * 1024;
 
-Heap* heap_acquire() {
+// Heaps given to threads since the last sweep for the heaps of threads gone without their key
+// destructor (heap_reap_exited), and how many heap_for_this_thread may give before it sweeps.
+constexpr std::uint32_t kReapAfterMin = 8;
+std::atomic<std::uint32_t> g_attached_since_reap{0};
+std::atomic<std::uint32_t> g_reap_after{kReapAfterMin};
+
+// thread_id: the OS id of the thread the heap is for, 0 for a borrowed heap. Stored under the
+// pool lock, so that heap_reap_exited, which checks and clears it under that lock, can never
+// clear the id of a heap that a new thread has just taken from the pool.
+Heap* heap_acquire(std::uint64_t thread_id) {
   LockGuard g(g_pool_lock);
   Heap* h = g_pool_head;
   if (h != nullptr) {
     g_pool_head = h->pool_next;
+    h->thread_id.store(thread_id, std::memory_order_relaxed);
+    if (thread_id != 0) g_attached_since_reap.fetch_add(1, std::memory_order_relaxed);
     return h;
   }
   constexpr std::size_t size = (sizeof(Heap) + BRISK_CACHELINE - 1) & ~std::size_t{BRISK_CACHELINE - 1};
@@ -77,8 +88,10 @@ Heap* heap_acquire() {
   h = new (g_slab_cursor) Heap(&g_empty_span);
   g_slab_cursor += size;
   h->id = g_next_heap_id++;
+  h->thread_id.store(thread_id, std::memory_order_relaxed);
   h->all_next = g_all_heaps.load(std::memory_order_relaxed);
   g_all_heaps.store(h, std::memory_order_release);
+  if (thread_id != 0) g_attached_since_reap.fetch_add(1, std::memory_order_relaxed);
   stats::add(stats::g.heaps_total, 1);
   return h;
 }
@@ -177,17 +190,23 @@ void park_debug_heap(Heap* h) {
   heap_flush_span_tails(d);
 }
 
+// A heap whose thread is gone, or is going and will not use it again, to the pool: detached
+// as at thread exit. Its thread_id is 0 already.
+void heap_retire(Heap* h) {
+  heap_detach(h);
+  park_debug_heap(h);
+  stats::add(stats::g.heaps_live, -1);
+  heap_pool_push(h);
+}
+
 void on_thread_exit(void* value) {
   auto* h = static_cast<Heap*>(value);
   if (h == nullptr) return;
-  heap_detach(h);
-  park_debug_heap(h);
   // Destructors of other keys, and glibc's __libc_thread_freeres after all of them, may still
   // allocate and free on this thread; a heap attached now would never be detached again.
   t_heap = &g_exited_heap;
   h->thread_id.store(0, std::memory_order_relaxed);
-  stats::add(stats::g.heaps_live, -1);
-  heap_pool_push(h);
+  heap_retire(h);
 }
 
 // fork: the child gets a copy of every lock in whatever state another thread left it. Prepare
@@ -332,7 +351,7 @@ void debug_point_heaps_at_empty_span() {
 }
 
 Heap* heap_borrow() {
-  Heap* h = heap_acquire();
+  Heap* h = heap_acquire(0);
   if (h != nullptr) heap_reset(h);
   return h;
 }
@@ -343,20 +362,69 @@ void heap_give_back(Heap* h) {
   heap_pool_push(h);
 }
 
+// Sweeps for heaps whose threads are gone (heap_reap_exited) each time it has given out as many
+// heaps since the last sweep as were attached after it (at least kReapAfterMin): threads that
+// keep leaving heaps behind leave at most that many at a time, and the sweeps cost O(1)
+// thread_gone calls per thread started, however many run.
 Heap* heap_for_this_thread() {
   process_init();
   if (t_heap != &g_sentinel_heap) return t_heap;
-  Heap* h = heap_acquire();
+  if (g_attached_since_reap.load(std::memory_order_relaxed) >= g_reap_after.load(std::memory_order_relaxed))
+    heap_reap_exited();
+  const std::uint64_t tid = platform::current_thread_id();
+  Heap* h = heap_acquire(tid);
   if (h == nullptr) return nullptr;
   heap_reset(h);
   t_heap = h;  // before pthread_setspecific, which may itself call calloc
-  h->thread_id.store(platform::current_thread_id(), std::memory_order_relaxed);
   stats::add(stats::g.heaps_live, 1);
   if (g_init_state.load(std::memory_order_acquire) == 2) pthread_setspecific(g_thread_key, h);
   // A second thread allocating: the process is multithreaded now, and may want the background
   // thread (which needs a heap of its own no more than any pthread_create does).
   background_maybe_start();
   return h;
+}
+
+// A thread gets its heap at its first allocation and gives it back from its key destructor
+// (on_thread_exit). A thread whose first allocation comes in glibc's last round of key
+// destructors (PTHREAD_DESTRUCTOR_ITERATIONS: a destructor that re-arms its key, then
+// allocates) sets the key when no round is left to run it, and a thread that leaves by a raw
+// exit system call runs none: either leaves its heap attached, with its spans, chunks and
+// queue, for good. Such a heap is found by its thread_id: the thread is gone (tgkill finds no
+// such thread). Nothing of that thread can touch the heap again, so whoever claims it may
+// detach it as the thread would have. Claimed under the pool lock, the id checked again there:
+// a heap whose thread exited normally is back in the pool with id 0, and one a new thread has
+// taken since carries that thread's id (heap_acquire writes it under the lock), so the claim
+// fails unless the id is still that of a thread that is gone. An id the kernel has reused for a
+// new thread makes the heap look attached: it is found at a later sweep, once that thread is
+// gone too.
+//
+// Under ThreadSanitizer the dead thread's last fast-path writes to the heap happen before the
+// claim only through the kernel (the thread's exit); a caller that joined the thread has that
+// order, any other is reported as a race it is not.
+std::size_t heap_reap_exited(bool only_idle) {
+  std::size_t reaped = 0;
+  // Heaps given out during the sweep count towards the next. Two threads may sweep at once: each
+  // claim is taken by one of them.
+  if (!only_idle) g_attached_since_reap.store(0, std::memory_order_relaxed);
+  const std::uint64_t self = platform::current_thread_id();
+  for (Heap* h = g_all_heaps.load(std::memory_order_acquire); h != nullptr; h = h->all_next) {
+    const std::uint64_t tid = h->thread_id.load(std::memory_order_relaxed);
+    if (tid == 0 || tid == self) continue;
+    if (only_idle && !load_shared(h->idle)) continue;
+    if (!platform::thread_gone(tid)) continue;
+    {
+      LockGuard g(g_pool_lock);
+      if (h->thread_id.load(std::memory_order_relaxed) != tid || !platform::thread_gone(tid)) continue;
+      h->thread_id.store(0, std::memory_order_relaxed);
+    }
+    heap_retire(h);
+    ++reaped;
+  }
+  if (!only_idle) {
+    const auto live = static_cast<std::uint32_t>(stats::g.heaps_live.load(std::memory_order_relaxed));
+    g_reap_after.store(live > kReapAfterMin ? live : kReapAfterMin, std::memory_order_relaxed);
+  }
+  return reaped;
 }
 
 __attribute__((constructor)) static void brisk_init_at_load() { process_init(); }

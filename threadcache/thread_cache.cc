@@ -41,6 +41,7 @@ std::size_t thread_collect() {
 // (purge in place, background.cc). Other free blocks in their spans are left alone: their
 // owners use them without a lock. The sweep takes every chunk's free pages (chunk_purge_all).
 std::size_t process_trim() {
+  heap_reap_exited();  // heaps left attached by threads that are gone, then their memory
   std::size_t bytes = thread_collect();
   // Debug heaps too: the blocks of one that other threads freed wait in its queue after their
   // quarantine, and its owner may not allocate again. (Its own thread's was collected above.)
