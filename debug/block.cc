@@ -700,7 +700,9 @@ int check_block(const void* p) {
 namespace {
 // check_heap's snapshots, under g_check_lock: a batch is too large for a thread's stack.
 constexpr int kBatch = 8;
-SpinLock g_check_lock;
+// Fair (core/lock.h): fork's prepare handler waits for it, behind at most the checks that
+// asked before it, however often a thread checks.
+TicketLock g_check_lock;
 Snapshot g_check_batch[kBatch];
 }  // namespace
 
