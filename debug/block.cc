@@ -41,6 +41,12 @@ Quarantine g_quarantine;
 namespace {
 
 constexpr std::uint64_t kMagic = 0x6272697365646267ull;
+// The first word of the block a debug block with alignment slack is carved from, xored with that
+// block's address, while the debug block is live, quarantined or kept. Without slack the header
+// starts there, its check word kMagic ^ (block + kHeaderBytes). Either way a pointer to the
+// underlying block (the user pointer less the header and slack) is known for debug memory, not
+// taken for a release block and freed under the debug block (underlying_is_debug_block).
+constexpr std::uint64_t kSlackMagic = 0x62726973736c6b21ull;
 
 constexpr std::size_t kHeaderBytes = sizeof(Header);
 static_assert(kHeaderBytes == 80 && kHeaderBytes % kMinAlign == 0, "the user pointer must keep the header's alignment");
@@ -112,6 +118,17 @@ void store_check(Header* h, std::uint64_t v) {
 
 DebugHeap* heap_of(const Header* h);
 
+std::atomic_ref<std::uint64_t> first_word(std::uintptr_t block) {
+  return std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(block));
+}
+// Whether the block brisk handed out at `block` (mapped: a block start of a span, or a live
+// large block's start) is the underlying block of a debug block. Read as an atomic: when it is
+// a release block, its owner may be reading or writing it (a free list's link) meanwhile.
+bool underlying_is_debug_block(std::uintptr_t block) {
+  const std::uint64_t w = first_word(block).load(std::memory_order_relaxed);
+  return w == (kMagic ^ (block + kHeaderBytes)) || w == (kSlackMagic ^ block);
+}
+
 // The debug block whose user pointer is p, or nullptr. *in_debug_memory: p lies in memory that
 // holds debug blocks (so a failed lookup is a bad pointer, not a release block). *heap, with a
 // block: heap_of(block), found on the way for a block in a chunk.
@@ -128,23 +145,32 @@ Header* header_of(const void* p, bool* in_debug_memory, DebugHeap** heap) {
     std::uintptr_t offset = a - reinterpret_cast<std::uintptr_t>(s->start);
     // Debug heaps also take partly used spans from the central pools (spans of exited
     // threads), whose live release blocks are freed the release way: a block start is one of
-    // those (or a double free the release checks catch). A debug block's user pointer never is
-    // one: it lies kHeaderBytes plus less than its alignment into the block it is carved from,
-    // whose size is at least that plus the user size and the canary. So nothing before a block
-    // start is read: those bytes are the block before it, another thread's to write.
-    if (s->is_block_start(offset)) return nullptr;
+    // those (or a double free the release checks catch), unless its first word shows it is a
+    // debug block's underlying block (a pointer to the header, or to the alignment slack before
+    // it). A debug block's user pointer never is a block start: it lies kHeaderBytes plus less
+    // than its alignment into the block it is carved from, whose size is at least that plus the
+    // user size and the canary. So nothing before a block start is read: those bytes are the
+    // block before it, another thread's to write.
+    if (s->is_block_start(offset)) {
+      *in_debug_memory = underlying_is_debug_block(a);
+      return nullptr;
+    }
     *in_debug_memory = true;
     if (a % kMinAlign != 0 || offset < kHeaderBytes) return nullptr;
     // The header lies in the same span as p (both in the block it is carved from).
     *heap = static_cast<DebugHeap*>(owner);
   } else {
-    // A large block's user pointer is where its region byte says; a debug block's lies past its
-    // header, before the block's end (past it, the region may be unmapped).
-    if (a % kMinAlign != 0 || !region_is_large(kind)) return nullptr;
+    // A large block's start is where its region byte says; a debug block's user pointer lies
+    // past its header, before the block's end (past it, the region may be unmapped). Any
+    // pointer into a large block carved for a debug block is debug memory (its first word says
+    // so); pointers past the block's first region have no region byte to lead here.
+    if (!region_is_large(kind)) return nullptr;
     std::uintptr_t start = (a & ~kChunkMask) + region_large_offset(kind);
-    if (a < start + kHeaderBytes) return nullptr;
     LargeHeader* lh = large_header_of(reinterpret_cast<void*>(start), kind);
-    if (lh == nullptr || a - start >= large_usable_size(reinterpret_cast<void*>(start), lh)) return nullptr;
+    if (lh == nullptr || a < start || a - start >= large_usable_size(reinterpret_cast<void*>(start), lh)) return nullptr;
+    if (!underlying_is_debug_block(start)) return nullptr;
+    *in_debug_memory = true;
+    if (a % kMinAlign != 0 || a < start + kHeaderBytes) return nullptr;
   }
   auto* h = reinterpret_cast<Header*>(a - kHeaderBytes);
   if (load_check(h) != (kMagic ^ a)) {
@@ -281,6 +307,7 @@ BRISK_ALWAYS_INLINE void free_underlying(Header* h) {
   char* u = underlying_of(h);
   store_check(h, 0);
   auto a = reinterpret_cast<std::uintptr_t>(u);
+  if (h->underlying_offset != 0) first_word(a).store(0, std::memory_order_relaxed);  // kSlackMagic's
   std::uint8_t kind = region_kind(a);
   if (kind == kRegionChunk) {
     free_in_debug_heap(u);
@@ -327,7 +354,7 @@ BRISK_ALWAYS_INLINE void drain_evicted(QuarantinedBlock* out, std::size_t n) {
 }
 
 void* hook_alloc(std::size_t size) { return allocate(size, kMinAlign, t_alloc_kind, false); }
-bool hook_free(void* p) { return release(p, Kind::kMalloc, 0); }
+bool hook_free(void* p) { return release(p, Kind::kMalloc, kUnsized); }
 void install_hooks();  // below, with the fork handlers
 
 bool kinds_match(Kind allocated, Kind freed) {
@@ -443,6 +470,7 @@ void* allocate(std::size_t size, std::size_t alignment, Kind kind, bool zero, Gr
     else if (!growth.large && total <= kMediumMax) std::memset(user_of(h), 0, size);  // large_alloc zeroed the rest
     std::memset(user_of(h) + size, kGuardByte, kGuardBytes);
     store_check(h, kMagic ^ a);
+    if (ua != reinterpret_cast<std::uintptr_t>(h)) first_word(ua).store(kSlackMagic ^ ua, std::memory_order_relaxed);
     add_made(d, h);
     return user_of(h);
   });
@@ -459,7 +487,20 @@ bool usable_size(const void* p, std::size_t* size) {
     if (in_debug_memory) *size = 0;
     return in_debug_memory;
   }
-  *size = h->user_size;
+  *size = 0;
+  if (d == nullptr) {
+    header_damaged(h);
+    return true;
+  }
+  // A freed block (quarantined or kept) is reported as release mode reports a free small block,
+  // with the stacks of its allocation and free; 0 when the program goes on.
+  Snapshot s;
+  {
+    LiveLock g(d);
+    if (h->state == State::kLive) *size = h->user_size;
+    else take_snapshot(&s, "malloc_usable_size of a freed block (a use after free)", h, nullptr);
+  }
+  if (s.problem != nullptr) problem_found(s);
   return true;
 }
 
@@ -551,7 +592,12 @@ bool release(void* p, Kind kind, std::size_t sized) {
     LiveLock g(d);
     FillDamage damage;
     std::uint64_t mix;
-    if (h->state != State::kLive) {
+    if (h->state == State::kKept) {
+      // Reported already (damaged, or refused by realloc, after which C lets the program free
+      // it): it stays where it is, never reused.
+      keep = true;
+      take_snapshot(&s, "free of a block kept after an earlier report (damaged: never reused)", h, nullptr);
+    } else if (h->state != State::kLive) {
       keep = true;
       take_snapshot(&s, "double free", h, nullptr);
     } else if (const char* problem = damage_of(h, &damage, &mix)) {
@@ -560,7 +606,7 @@ bool release(void* p, Kind kind, std::size_t sized) {
       take_snapshot(&s, problem, h, &damage);
     } else {
       const char* misuse = kind_mismatch(h->kind, kind);
-      if (misuse == nullptr && sized != 0 && sized != h->user_size)
+      if (misuse == nullptr && sized != kUnsized && sized != h->user_size)
         misuse = "sized free with a size that is not the block's";
       mark_freed(d, h, mix, stack, State::kQuarantined);
       if (misuse != nullptr) take_snapshot(&s, misuse, h, nullptr);

@@ -71,8 +71,10 @@ struct Growth {
 // nullptr with errno = ENOMEM on failure. alignment: a power of two, at most kMaxAlignment
 // (larger alignments get release blocks: see allocate's caller).
 void* allocate(std::size_t size, std::size_t alignment, Kind kind, bool zero, Growth growth = {});
-// Frees a debug block, checking it (sized: the size the caller gave, 0 when none). False when
-// p is not a debug block nor in a debug span: the caller treats it as a release block.
+// Frees a debug block, checking it (sized: the size the caller gave, kUnsized when none; 0 is a
+// size, free_sized's of a malloc(0) block). False when p is not a debug block nor in a debug
+// span: the caller treats it as a release block.
+inline constexpr std::size_t kUnsized = SIZE_MAX;
 bool release(void* p, Kind kind, std::size_t sized);
 // Before realloc moves a block: kLive when p is a sound live debug block (*user_size: its
 // size), now freed but in no list: the caller allocates the new block in the current mode,

@@ -216,7 +216,7 @@ void* aligned_alloc_impl(std::size_t alignment, std::size_t size) {
       // debug layer, whose hook knows no alignment (a 16-byte aligned debug block of the
       // thread's allocation kind). That block goes back, and one is made with the alignment.
       if (BRISK_UNLIKELY((reinterpret_cast<std::uintptr_t>(p) & (alignment - 1)) != 0)) {
-        free_checked_impl(p, static_cast<int>(debug::t_alloc_kind), 0);
+        free_checked_impl(p, static_cast<int>(debug::t_alloc_kind), debug::kUnsized);
         return aligned_debug_block(size, alignment);
       }
       return p;

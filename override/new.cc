@@ -125,7 +125,7 @@ BRISK_NOINLINE void* alloc_big_new(std::size_t size) {
   debug::KindScope scope(kKind);
   return alloc_big(size, kMinAlign, false);
 }
-// size: what a sized operator delete was given (0: an unsized one), checked against a debug
+// size: what a sized operator delete was given (debug::kUnsized: an unsized one), checked against a debug
 // block's size; the fast path passes it along without looking at it.
 template <debug::Kind kKind>
 BRISK_NOINLINE void sized_delete_slow(void* p, std::size_t size) {
@@ -136,7 +136,7 @@ BRISK_NOINLINE void sized_delete_slow(void* p, std::size_t size) {
 }
 template <debug::Kind kKind>
 BRISK_NOINLINE void delete_slow(void* p) {
-  sized_delete_slow<kKind>(p, 0);
+  sized_delete_slow<kKind>(p, debug::kUnsized);
 }
 
 template <debug::Kind kKind>
