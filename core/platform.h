@@ -101,10 +101,12 @@ void sleep_ms(std::uint64_t ms);
 
 // The calling thread's OS id (gettid).
 std::uint64_t current_thread_id();
-// True only if no thread of this process has OS id tid any more (tgkill with signal 0 finds
-// none: ESRCH). A thread that is exiting counts as present until the kernel has released it;
-// any other failure counts as present too. errno kept.
-bool thread_gone(std::uint64_t tid);
+// The calling process's OS id (getpid: a system call, so right in a child whatever fork made it).
+std::uint32_t current_process_id();
+// True only if process pid has no thread of OS id tid any more (tgkill with signal 0 finds none:
+// ESRCH). A thread that is exiting counts as present until the kernel has released it; any
+// other failure counts as present too. errno kept.
+bool thread_gone(std::uint32_t pid, std::uint64_t tid);
 // The process's resident memory (the second field of /proc/self/statm, in bytes), read
 // without malloc; 0 if it cannot be read.
 std::size_t process_resident_bytes();

@@ -474,9 +474,11 @@ bool remap_to(void* old_p, std::size_t old_size, void* target, std::size_t new_s
 
 std::uint64_t current_thread_id() { return static_cast<std::uint64_t>(syscall(SYS_gettid)); }
 
-bool thread_gone(std::uint64_t tid) {
+std::uint32_t current_process_id() { return static_cast<std::uint32_t>(syscall(SYS_getpid)); }
+
+bool thread_gone(std::uint32_t pid, std::uint64_t tid) {
   const int saved_errno = errno;
-  const bool gone = syscall(SYS_tgkill, syscall(SYS_getpid), static_cast<pid_t>(tid), 0) != 0 && errno == ESRCH;
+  const bool gone = syscall(SYS_tgkill, static_cast<pid_t>(pid), static_cast<pid_t>(tid), 0) != 0 && errno == ESRCH;
   errno = saved_errno;
   return gone;
 }

@@ -4,6 +4,7 @@
 // again, yet its blocks must be real, intact, and reclaimed.
 #include <pthread.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -15,8 +16,10 @@
 
 #include <gtest/gtest.h>
 
+#include "core/platform.h"
 #include "tests/test_util.h"
 #include "threadcache/background.h"
+#include "threadcache/heap.h"
 
 namespace {
 
@@ -227,6 +230,140 @@ TEST(ThreadExit, AThreadLeavingByTheExitSystemCallHasItsHeapReclaimed) {
   EXPECT_LE(HeapsLiveAfter(before.heaps_live, [] { brisk_trim(); }), before.heaps_live);
   CheckAndFreeLateBlocks();
   alarm(0);
+}
+
+// ... unless it left with its heap's slow lock held (the exit system call from a signal handler
+// that interrupted a slow path): that heap is left alone, and the sweep does not wait for ever.
+void* RawExitHoldingTheSlowLock(void*) {
+  brisk_free(brisk_malloc(16));  // a heap
+  brisk::t_heap->slow_lock.lock();
+  syscall(SYS_exit, 0);
+  return nullptr;
+}
+
+TEST(ThreadExit, AGoneThreadsHeapWhoseSlowLockIsHeldIsLeftAlone) {
+#ifdef BRISK_TEST_SANITIZED
+  GTEST_SKIP() << "the sanitizers' runtimes do not survive a thread's raw exit";
+#endif
+  alarm(60);  // a sweep that waits for the lock never ends
+  brisk_trim();
+  brisk_stats before = Stats();
+  pthread_t t;
+  ASSERT_EQ(pthread_create(&t, nullptr, RawExitHoldingTheSlowLock, nullptr), 0);
+  ASSERT_EQ(pthread_join(t, nullptr), 0);
+  for (int i = 0; i < 5; ++i) {
+    brisk_trim();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(Stats().heaps_live, before.heaps_live + 1);
+  alarm(0);
+}
+
+// glibc reuses the descriptor of a thread gone by the exit system call without clearing its key
+// values: a thread on that descriptor which never allocates runs brisk's key destructor at its
+// exit with the gone thread's heap, which a sweep has given back and another thread may hold by
+// then. The destructor must leave it alone (before, it detached that thread's live heap).
+pthread_key_t g_probe_key;  // set by the gone thread: shows the next one reuses its descriptor
+brisk::Heap* g_raw_heap = nullptr;
+std::atomic<int> g_stage{0};
+
+void* RawExitSettingAKey(void*) {
+  brisk_free(brisk_malloc(16));
+  g_raw_heap = brisk::t_heap;
+  pthread_setspecific(g_probe_key, reinterpret_cast<void*>(uintptr_t{0x1234}));
+  syscall(SYS_exit, 0);
+  return nullptr;
+}
+
+void WaitForStage(int stage) {
+  while (g_stage.load() < stage) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
+TEST(ThreadExit, AStaleKeyValueOnAReusedThreadDescriptorIsIgnored) {
+#ifdef BRISK_TEST_SANITIZED
+  GTEST_SKIP() << "the sanitizers' runtimes do not survive a thread's raw exit";
+#endif
+  alarm(60);
+  ASSERT_EQ(pthread_key_create(&g_probe_key, nullptr), 0);
+  brisk_trim();
+  pthread_t r;
+  ASSERT_EQ(pthread_create(&r, nullptr, RawExitSettingAKey, nullptr), 0);
+  ASSERT_EQ(pthread_join(r, nullptr), 0);
+  brisk_stats before = Stats();
+  ASSERT_LE(HeapsLiveAfter(before.heaps_live - 1, [] { brisk_trim(); }), before.heaps_live - 1);  // r's heap pooled
+  bool reused = false;
+  std::thread m([&reused] {  // allocates nothing
+    reused = pthread_getspecific(g_probe_key) == reinterpret_cast<void*>(uintptr_t{0x1234});
+    WaitForStage(2);
+  });
+  brisk::Heap* a_heap = nullptr;
+  uint64_t a_tid = 0;
+  std::thread a([&] {
+    void* p = brisk_malloc(100);  // takes r's heap from the pool
+    a_heap = brisk::t_heap;
+    a_tid = brisk::platform::current_thread_id();
+    g_stage = 1;
+    WaitForStage(3);
+    Fill(p, 100, 5);
+    EXPECT_TRUE(Verify(p, 100, 5));
+    brisk_free(p);
+  });
+  WaitForStage(1);
+  g_stage = 2;
+  m.join();  // its exit runs brisk's key destructor with r's heap, unless the value was cleared
+  const bool a_keeps_its_heap = a_heap->thread_id.load() == a_tid;
+  const uint64_t live = Stats().heaps_live;
+  g_stage = 3;
+  a.join();
+  g_stage = 0;
+  pthread_key_delete(g_probe_key);
+  alarm(0);
+  if (!reused) GTEST_SKIP() << "the C library did not reuse the gone thread's descriptor";
+  ASSERT_EQ(a_heap, g_raw_heap) << "the thread did not take the gone thread's heap";
+  EXPECT_TRUE(a_keeps_its_heap) << "a thread's exit detached another thread's heap";
+  EXPECT_EQ(live, before.heaps_live);
+}
+
+// A child of _Fork (no fork handlers run) keeps its parent's thread ids in every heap: they name
+// no thread of the child, and must not be taken for gone threads' (the child's own heap, and the
+// heaps of the parent's other threads, whose state a fork may have cut in the middle of a
+// change).
+TEST(ThreadExit, AChildOfForkWithoutHandlersReclaimsNoHeapOfItsParent) {
+#ifdef BRISK_TEST_SANITIZED
+  GTEST_SKIP() << "the sanitizers' runtimes are not made for _Fork";
+#endif
+  alarm(60);
+  brisk_free(brisk_malloc(16));
+  std::atomic<bool> stop{false};
+  std::atomic<bool> ready{false};
+  std::thread other([&] {
+    brisk_free(brisk_malloc(16));
+    ready = true;
+    while (!stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  while (!ready.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  pid_t pid = _Fork();
+  if (pid == 0) {
+    const uint64_t live = Stats().heaps_live;
+    brisk::Heap* own = brisk::t_heap;
+    brisk_trim();
+    int bad = 0;
+    if (Stats().heaps_live != live) bad |= 1;
+    if (own->thread_id.load() == 0 || brisk::t_heap != own) bad |= 2;
+    void* p = brisk_malloc(200);
+    Fill(p, 200, 9);
+    if (!Verify(p, 200, 9)) bad |= 4;
+    brisk_free(p);
+    _exit(bad);
+  }
+  ASSERT_GT(pid, 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  stop = true;
+  other.join();
+  alarm(0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: heaps reclaimed in the child; 2: its own heap; 4: a block lost its contents";
 }
 
 }  // namespace

@@ -162,6 +162,9 @@ class alignas(BRISK_CACHELINE) Heap {
   std::atomic<std::uint64_t> remote_frees_sent{0};      // blocks freed into other heaps' spans, sent
   std::atomic<std::uint64_t> remote_frees_received{0};  // blocks of ours others freed, taken from our queue
   std::atomic<std::uint64_t> thread_id{0};              // the attached thread's OS id; 0: none
+  // The process thread_id was read in (heap_reap_exited): a child made by _Fork (no fork
+  // handlers) or vfork does not have its parent's threads, nor the parent the child's.
+  std::atomic<std::uint32_t> thread_pid{0};
   // Debug mode (threadcache/debug_switch.h): the debug heap paired with this thread heap, made
   // at the thread's first debug block and kept with the heap through the pool; and whether this
   // heap is itself a debug heap.

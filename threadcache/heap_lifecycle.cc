@@ -66,15 +66,16 @@ constexpr std::uint32_t kReapAfterMin = 8;
 std::atomic<std::uint32_t> g_attached_since_reap{0};
 std::atomic<std::uint32_t> g_reap_after{kReapAfterMin};
 
-// thread_id: the OS id of the thread the heap is for, 0 for a borrowed heap. Stored under the
-// pool lock, so that heap_reap_exited, which checks and clears it under that lock, can never
-// clear the id of a heap that a new thread has just taken from the pool.
-Heap* heap_acquire(std::uint64_t thread_id) {
+// thread_id: the OS id of the thread the heap is for, 0 for a borrowed heap; pid: its process's.
+// Stored under the pool lock, so that heap_reap_exited, which checks and clears them under that
+// lock, can never clear the id of a heap that a new thread has just taken from the pool.
+Heap* heap_acquire(std::uint64_t thread_id, std::uint32_t pid = 0) {
   LockGuard g(g_pool_lock);
   Heap* h = g_pool_head;
   if (h != nullptr) {
     g_pool_head = h->pool_next;
     h->thread_id.store(thread_id, std::memory_order_relaxed);
+    h->thread_pid.store(pid, std::memory_order_relaxed);
     if (thread_id != 0) g_attached_since_reap.fetch_add(1, std::memory_order_relaxed);
     return h;
   }
@@ -89,6 +90,7 @@ Heap* heap_acquire(std::uint64_t thread_id) {
   g_slab_cursor += size;
   h->id = g_next_heap_id++;
   h->thread_id.store(thread_id, std::memory_order_relaxed);
+  h->thread_pid.store(pid, std::memory_order_relaxed);
   h->all_next = g_all_heaps.load(std::memory_order_relaxed);
   g_all_heaps.store(h, std::memory_order_release);
   if (thread_id != 0) g_attached_since_reap.fetch_add(1, std::memory_order_relaxed);
@@ -201,7 +203,11 @@ void heap_retire(Heap* h) {
 
 void on_thread_exit(void* value) {
   auto* h = static_cast<Heap*>(value);
-  if (h == nullptr) return;
+  // glibc reuses the thread descriptor of a thread that left by the exit system call without
+  // clearing its key values: a thread that never allocated may find that thread's heap here,
+  // given back since (heap_reap_exited) and maybe another thread's now. Only t_heap (initial-exec
+  // TLS, set afresh for each thread) says which heap is this thread's.
+  if (h == nullptr || h != t_heap) return;
   // Destructors of other keys, and glibc's __libc_thread_freeres after all of them, may still
   // allocate and free on this thread; a heap attached now would never be detached again.
   t_heap = &g_exited_heap;
@@ -312,6 +318,7 @@ void atfork_child() {
   for (Heap* h = g_all_heaps.load(std::memory_order_acquire); h != nullptr; h = h->all_next) {
     if (h == t_heap) {
       h->thread_id.store(platform::current_thread_id(), std::memory_order_relaxed);
+      h->thread_pid.store(platform::current_process_id(), std::memory_order_relaxed);
     } else {
       h->thread_id.store(0, std::memory_order_relaxed);
     }
@@ -372,7 +379,7 @@ Heap* heap_for_this_thread() {
   if (g_attached_since_reap.load(std::memory_order_relaxed) >= g_reap_after.load(std::memory_order_relaxed))
     heap_reap_exited();
   const std::uint64_t tid = platform::current_thread_id();
-  Heap* h = heap_acquire(tid);
+  Heap* h = heap_acquire(tid, platform::current_process_id());
   if (h == nullptr) return nullptr;
   heap_reset(h);
   t_heap = h;  // before pthread_setspecific, which may itself call calloc
@@ -407,14 +414,26 @@ std::size_t heap_reap_exited(bool only_idle) {
   // claim is taken by one of them.
   if (!only_idle) g_attached_since_reap.store(0, std::memory_order_relaxed);
   const std::uint64_t self = platform::current_thread_id();
+  const std::uint32_t pid = platform::current_process_id();
   for (Heap* h = g_all_heaps.load(std::memory_order_acquire); h != nullptr; h = h->all_next) {
     const std::uint64_t tid = h->thread_id.load(std::memory_order_relaxed);
-    if (tid == 0 || tid == self) continue;
+    if (tid == 0 || tid == self || h == t_heap) continue;
+    // An id read in another process names no thread of this one: a heap this process's thread
+    // took in a vfork child (sharing its memory), or this thread's own in a child of _Fork.
+    if (h->thread_pid.load(std::memory_order_relaxed) != pid) continue;
     if (only_idle && !load_shared(h->idle)) continue;
-    if (!platform::thread_gone(tid)) continue;
+    if (!platform::thread_gone(pid, tid)) continue;
     {
       LockGuard g(g_pool_lock);
-      if (h->thread_id.load(std::memory_order_relaxed) != tid || !platform::thread_gone(tid)) continue;
+      if (h->thread_id.load(std::memory_order_relaxed) != tid || h->thread_pid.load(std::memory_order_relaxed) != pid ||
+          !platform::thread_gone(pid, tid))
+        continue;
+      // A thread that left by the exit system call from a signal handler that had interrupted
+      // one of its slow paths left the slow lock held: heap_detach would wait for it for ever.
+      // Such a heap is left alone; one whose lock another thread holds for a moment (a
+      // reclaim's try_lock) is taken at a later sweep.
+      if (!h->slow_lock.try_lock()) continue;
+      h->slow_lock.unlock();
       h->thread_id.store(0, std::memory_order_relaxed);
     }
     heap_retire(h);
