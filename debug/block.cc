@@ -423,6 +423,16 @@ void* with_debug_heap(Make make) {
 
 }  // namespace
 
+// A large block for a debug block. A mapping the OS refuses (address space, commit limit)
+// gets what release mode's large_alloc_here gives it, and the quarantine's blocks too: their
+// spans and mappings go back with a trim (as brisk_trim), then one more try.
+void* large_debug_block(std::size_t total, bool zero, bool grows) {
+  if (void* u = large_alloc(total, kMinAlign, zero, nullptr, grows)) return u;
+  flush_quarantine();
+  if (process_trim() == 0) return nullptr;
+  return large_alloc(total, kMinAlign, zero, nullptr, grows);
+}
+
 void* allocate(std::size_t size, std::size_t alignment, Kind kind, bool zero, Growth growth) {
   if (alignment < kMinAlign) alignment = kMinAlign;
   constexpr std::size_t kLimit = static_cast<std::size_t>(PTRDIFF_MAX) / 2;
@@ -444,7 +454,7 @@ void* allocate(std::size_t size, std::size_t alignment, Kind kind, bool zero, Gr
     // block grows into them.
     const std::size_t room = growth.room > size ? total + (growth.room - size) : 0;
     void* u = growth.large || total > kMediumMax
-                  ? large_alloc(total, kMinAlign, zero, nullptr, growth.large)  // total has the slack
+                  ? large_debug_block(total, zero, growth.large)  // total has the slack
               : total <= kSmallMax ? alloc_small(d, size_to_class(total), total)
                                    : alloc_medium(d, total, false, room < kMediumMax ? room : kMediumMax);
     if (u == nullptr) return nullptr;

@@ -449,18 +449,6 @@ TEST(BriskErrno, MoreThanTheMachineHoldsFailsWithEnomem) {
   }
 }
 
-// This process's address space now (VmSize of /proc/self/status), or 0.
-size_t AddressSpaceBytes() {
-  FILE* f = std::fopen("/proc/self/status", "r");
-  if (f == nullptr) return 0;
-  char line[256];
-  size_t kib = 0;
-  while (std::fgets(line, sizeof line, f) != nullptr)
-    if (std::sscanf(line, "VmSize: %zu kB", &kib) == 1) break;
-  std::fclose(f);
-  return kib * 1024;
-}
-
 // Under a limit on address space (RLIMIT_AS; the commit limit of vm.overcommit_memory=2 and
 // vm.max_map_count fail mappings the same way), mappings brisk keeps cached after their blocks
 // were freed are given back before an allocation fails: a big block after big ones were freed,
@@ -470,42 +458,32 @@ size_t AddressSpaceBytes() {
 // limit cannot outlive.
 TEST(BriskErrno, FreedMappingsMakeRoomBeforeAnAllocationFails) {
   constexpr size_t kMiB = size_t{1} << 20;
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    const size_t now = AddressSpaceBytes();
-    if (now == 0) _exit(10);
-    struct rlimit limit;
-    limit.rlim_cur = limit.rlim_max = now + 512 * kMiB;
-    if (setrlimit(RLIMIT_AS, &limit) != 0) _exit(11);
+  const int code = brisk_test::ExitStatusUnderAddressLimit(512 * kMiB, [] {
     void* big[4];
     for (void*& b : big) {
       b = brisk_malloc(32 * kMiB);
-      if (b == nullptr) _exit(12);  // 128 MiB (in at most 256 MiB of mappings) fit under the limit
+      if (b == nullptr) return 12;  // 128 MiB (in at most 256 MiB of mappings) fit under the limit
       static_cast<char*>(b)[0] = 1;
     }
     for (void* b : big) brisk_free(b);
     char* whole = static_cast<char*>(brisk_malloc(400 * kMiB));
-    if (whole == nullptr) _exit(13);  // needs the room the cache held
+    if (whole == nullptr) return 13;  // needs the room the cache held
     whole[400 * kMiB - 1] = 1;
     brisk_free(whole);
     std::vector<void*> small;
     small.reserve(16384);
     for (size_t i = 0; i < 200 * kMiB / (16 << 10); ++i) {
       void* b = brisk_malloc(16 << 10);  // small blocks: new chunks, 200 MiB of them
-      if (b == nullptr) _exit(14);
+      if (b == nullptr) return 14;
       small.push_back(b);
     }
     for (void* b : small) brisk_free(b);
     whole = static_cast<char*>(brisk_malloc(400 * kMiB));
-    if (whole == nullptr) _exit(15);  // needs the chunks the small blocks emptied
+    if (whole == nullptr) return 15;  // needs the chunks the small blocks emptied
     brisk_free(whole);
-    _exit(0);
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status)) << "the child died (signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0) << ")";
-  const int code = WEXITSTATUS(status);
+    return 0;
+  });
+  ASSERT_GE(code, 0) << "the child died";
   EXPECT_NE(code, 13) << "a 400 MiB block failed while the freed 32 MiB blocks' mappings were cached";
   EXPECT_NE(code, 14) << "new chunks failed while the freed 400 MiB mapping was cached";
   EXPECT_NE(code, 15) << "a 400 MiB block failed while the thread's heap kept the chunks its frees emptied";

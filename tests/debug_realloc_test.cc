@@ -12,11 +12,13 @@
 #include <cstdint>
 #include <cstring>
 #include <mutex>
+#include <vector>
 
 #include "core/chunk.h"
 #include "debug/block.h"
 #include "debug/block_layout.h"
 #include "tests/debug_mode_fixture.h"
+#include "tests/test_util.h"
 
 namespace {
 
@@ -243,6 +245,32 @@ TEST_F(DebugMode, AFailedReallocLeavesTheBlockLiveAndIntact) {
   EXPECT_EQ(std::memcmp(q, "0123456789abcdefghijklmnopqrstuvwxyzABC", 40), 0);
   brisk_free(q);
   EXPECT_EQ(ReportCount(), 0) << Reports();
+}
+
+// Under a limit on address space, a large debug block first gets the room that freed blocks
+// hold: the quarantine's, and the chunks and cached mappings they went back to (as release
+// mode's large blocks do).
+TEST_F(DebugMode, ALargeDebugBlockGetsTheRoomFreedBlocksHeldBeforeItFails) {
+  constexpr size_t kMiB = size_t{1} << 20;
+  const int code = brisk_test::ExitStatusUnderAddressLimit(512 * kMiB, [] {
+    std::vector<void*> small;
+    for (size_t i = 0; i < 200 * kMiB / (16 << 10); ++i) {
+      void* b = brisk_malloc(16 << 10);  // debug blocks in new chunks, 200 MiB of them
+      if (b == nullptr) return 12;
+      small.push_back(b);
+    }
+    for (void* b : small) brisk_free(b);  // the quarantine holds some; their chunks stay mapped
+    // With the quarantine's 64 MiB (BRISK_DEBUG_QUARANTINE under ctest) still in their chunks,
+    // this does not fit.
+    char* whole = static_cast<char*>(brisk_malloc(480 * kMiB));
+    if (whole == nullptr) return 13;
+    whole[0] = whole[480 * kMiB - 1] = 1;
+    brisk_free(whole);
+    return 0;
+  });
+  ASSERT_GE(code, 0) << "the child died";
+  EXPECT_NE(code, 13) << "a 480 MiB debug block failed while freed blocks held the room";
+  EXPECT_EQ(code, 0) << "10: no VmSize; 11: setrlimit refused; 12: 200 MiB of 16 KiB blocks did not fit";
 }
 
 }  // namespace

@@ -6,7 +6,9 @@
 #include <brisk/brisk.h>
 
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/utsname.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstddef>
@@ -16,6 +18,39 @@
 #include <vector>
 
 namespace brisk_test {
+
+// This process's address space now (VmSize of /proc/self/status), or 0.
+inline size_t AddressSpaceBytes() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  size_t kib = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr)
+    if (std::sscanf(line, "VmSize: %zu kB", &kib) == 1) break;
+  std::fclose(f);
+  return kib * 1024;
+}
+
+// Runs body() in a child process whose address space may grow by `room` bytes at most
+// (RLIMIT_AS: the commit limit of vm.overcommit_memory=2 and vm.max_map_count fail mappings the
+// same way), which the limit cannot outlive. The child's exit status: body's result, 10 when
+// VmSize cannot be read, 11 when setrlimit refuses; -1 when the child died of a signal.
+template <class Body>
+int ExitStatusUnderAddressLimit(size_t room, Body body) {
+  const pid_t pid = fork();
+  if (pid < 0) return -2;
+  if (pid == 0) {
+    const size_t now = AddressSpaceBytes();
+    if (now == 0) _exit(10);
+    struct rlimit limit;
+    limit.rlim_cur = limit.rlim_max = now + room;
+    if (setrlimit(RLIMIT_AS, &limit) != 0) _exit(11);
+    _exit(body());
+  }
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
 
 // brisk's process-wide counters now.
 inline brisk_stats Stats() {
