@@ -45,6 +45,10 @@ namespace {
 __thread bool t_in_init __attribute__((tls_model("initial-exec"))) = false;
 
 std::atomic<int> g_init_state{0};  // 0: not started, 1: running, 2: done
+// The process brisk was set up in, or forked into with its handlers (atfork_child). Another pid
+// means a vfork child, which shares the parent's memory (or a child of _Fork, which runs no
+// handlers): no background thread is started there (heap_for_this_thread).
+std::atomic<std::uint32_t> g_process_pid{0};
 pthread_key_t g_thread_key;
 
 // Heap objects come from brisk's own metadata slabs, never from malloc, and are recycled: a
@@ -313,6 +317,7 @@ void atfork_child() {
   // fork: the child re-resolves every lever (core/options.cc's get_slow).
   options::drop_kept_values();
   stats::g.heaps_live.store(heap_is_attached(t_heap) ? 1 : 0, std::memory_order_relaxed);
+  g_process_pid.store(platform::current_process_id(), std::memory_order_relaxed);
   background_reset_in_child();
   // The other threads are gone; their heaps stay as they were, attached to no thread.
   for (Heap* h = g_all_heaps.load(std::memory_order_acquire); h != nullptr; h = h->all_next) {
@@ -341,6 +346,7 @@ void process_init() {
     g_free_secret.offset = platform::random_u64() | (std::uint64_t{1} << 63);
     g_free_secret.multiplier = platform::random_u64() | 1 | (std::uint64_t{1} << 63);
     pthread_key_create(&g_thread_key, on_thread_exit);
+    g_process_pid.store(platform::current_process_id(), std::memory_order_relaxed);
     platform::register_fork_handlers(atfork_prepare, atfork_parent, atfork_child);
     g_init_state.store(2, std::memory_order_release);
     t_in_init = false;
@@ -379,15 +385,18 @@ Heap* heap_for_this_thread() {
   if (g_attached_since_reap.load(std::memory_order_relaxed) >= g_reap_after.load(std::memory_order_relaxed))
     heap_reap_exited();
   const std::uint64_t tid = platform::current_thread_id();
-  Heap* h = heap_acquire(tid, platform::current_process_id());
+  const std::uint32_t pid = platform::current_process_id();
+  Heap* h = heap_acquire(tid, pid);
   if (h == nullptr) return nullptr;
   heap_reset(h);
   t_heap = h;  // before pthread_setspecific, which may itself call calloc
   stats::add(stats::g.heaps_live, 1);
   if (g_init_state.load(std::memory_order_acquire) == 2) pthread_setspecific(g_thread_key, h);
   // A second thread allocating: the process is multithreaded now, and may want the background
-  // thread (which needs a heap of its own no more than any pthread_create does).
-  background_maybe_start();
+  // thread (which needs a heap of its own no more than any pthread_create does). Not from a
+  // vfork child: the thread would die with the child, perhaps holding the parent's locks, and
+  // its start would mark the parent's thread started.
+  if (pid == g_process_pid.load(std::memory_order_relaxed)) background_maybe_start();
   return h;
 }
 
