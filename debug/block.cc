@@ -116,8 +116,6 @@ void store_check(Header* h, std::uint64_t v) {
   std::atomic_ref<std::uint64_t>(h->check).store(v, std::memory_order_relaxed);
 }
 
-DebugHeap* heap_of(const Header* h);
-
 std::atomic_ref<std::uint64_t> first_word(std::uintptr_t block) {
   return std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(block));
 }
@@ -128,6 +126,10 @@ bool underlying_is_debug_block(std::uintptr_t block) {
   const std::uint64_t w = first_word(block).load(std::memory_order_relaxed);
   return w == (kMagic ^ (block + kHeaderBytes)) || w == (kSlackMagic ^ block);
 }
+
+}  // namespace
+
+DebugHeap* heap_of(const Header* h);
 
 // The debug block whose user pointer is p, or nullptr. *in_debug_memory: p lies in memory that
 // holds debug blocks (so a failed lookup is a bad pointer, not a release block). *heap, with a
@@ -203,7 +205,7 @@ DebugHeap* heap_of(const Header* h) {
 // What is wrong with a live block's own bytes (header, guard, canary), or nullptr. *mix, when
 // asked for: the header's mix_of as read, verified against its checksum unless the header is
 // the problem (mark_freed's input either way).
-const char* damage_of(const Header* h, FillDamage* damage, std::uint64_t* mix = nullptr) {
+const char* damage_of(const Header* h, FillDamage* damage, std::uint64_t* mix) {
   const std::uint64_t m = mix_of(h);
   if (mix != nullptr) *mix = m;
   if (mix_checksum(m) != h->checksum) {
@@ -223,6 +225,8 @@ const char* damage_of(const Header* h, FillDamage* damage, std::uint64_t* mix = 
   }
   return nullptr;
 }
+
+namespace {
 
 // Whether a block of this size gets its patterns on its edges only. Decided once, at
 // allocation, and kept in the header: the limit may change while the block lives.
@@ -287,6 +291,8 @@ bool freed_pattern_intact(const Header* h, FillDamage* damage) {
   return intact;
 }
 
+}  // namespace
+
 // What is wrong with a quarantined block, or nullptr: its header, guard or canary first (a
 // damaged header's size cannot be trusted to check the pattern with), then its freed pattern.
 const char* quarantined_damage(const Header* h, FillDamage* damage) {
@@ -301,6 +307,8 @@ void header_damaged(const Header* h) {
   take_snapshot(&s, kDamagedHeader, h, nullptr);
   problem_found(s);
 }
+
+namespace {
 
 // Gives the block's memory back to its heap (or the OS). The block is in no list.
 BRISK_ALWAYS_INLINE void free_underlying(Header* h) {
@@ -729,95 +737,13 @@ void realloc_done(void* p, bool moved) {
   seal(h);
 }
 
-int check_block(const void* p) {
-  bool in_debug_memory;
-  DebugHeap* d;
-  Header* h = header_of(p, &in_debug_memory, &d);
-  if (h == nullptr) return 0;
-  if (d == nullptr) {
-    header_damaged(h);
-    return 1;
-  }
-  Snapshot s;
-  {
-    LiveLock g(d);
-    FillDamage damage;
-    if (h->state == State::kLive) {
-      if (const char* problem = damage_of(h, &damage)) take_snapshot(&s, problem, h, &damage);
-    } else if (h->state == State::kQuarantined) {
-      if (const char* problem = quarantined_damage(h, &damage)) take_snapshot(&s, problem, h, &damage);
-    }
-  }
-  if (s.problem == nullptr) return 0;
-  emit(s);
-  return 1;
-}
-
-namespace {
-// check_heap's snapshots, under g_check_lock: a batch is too large for a thread's stack.
-constexpr int kBatch = 8;
-// Fair (core/lock.h): fork's prepare handler waits for it, behind at most the checks that
-// asked before it, however often a thread checks.
-TicketLock g_check_lock;
-Snapshot g_check_batch[kBatch];
-}  // namespace
-
-int check_heap() {
-  // Snapshots are taken under the locks and reported after them, a batch at a time.
-  LockGuard check_guard(g_check_lock);
-  int damaged = 0;
-  int queued = 0;
-  auto flush = [&queued] {
-    for (int i = 0; i < queued; ++i) emit(g_check_batch[i]);
-    queued = 0;
-  };
-  for (DebugHeap* d = first_debug_heap(); d != nullptr; d = d->registry_next) {
-    {
-      LiveLock g(d);
-      for (Header* h = d->live; h != nullptr; h = h->next) {
-        FillDamage damage;
-        if (const char* problem = damage_of(h, &damage)) {
-          if (queued < kBatch) take_snapshot(&g_check_batch[queued++], problem, h, &damage);
-          ++damaged;
-        }
-      }
-      for (unsigned i = 0; i < d->freed_count; ++i) {
-        auto* h = static_cast<Header*>(d->freed[i].block);
-        FillDamage damage;
-        const char* problem = quarantined_damage(h, &damage);
-        if (problem == nullptr) continue;
-        if (queued < kBatch) take_snapshot(&g_check_batch[queued++], problem, h, &damage);
-        ++damaged;
-      }
-    }
-    flush();
-  }
-  struct Visit {
-    int damaged = 0;
-    int* queued;
-  } visit{0, &queued};
-  g_quarantine.for_each(
-      [](const QuarantinedBlock& b, void* context) {
-        auto* v = static_cast<Visit*>(context);
-        auto* h = static_cast<Header*>(b.block);
-        FillDamage damage;
-        const char* problem = quarantined_damage(h, &damage);
-        if (problem == nullptr) return;
-        if (*v->queued < kBatch) take_snapshot(&g_check_batch[(*v->queued)++], problem, h, &damage);
-        ++v->damaged;
-      },
-      &visit);
-  flush();
-  return damaged + visit.damaged;
-}
-
 namespace {
 
 // fork: every lock of the debug layer, in this order. The heap check's lock comes first: its
 // holder runs report callbacks, which may allocate and so take the others. None of the others
 // is held while another is taken, nor while a lock of the thread cache or core is.
 void fork_prepare() {
-  g_check_lock.lock();
+  check_lock_acquire();
   heaps_lock_all();
   g_quarantine.lock_all();
   report_sink_lock();
@@ -826,13 +752,13 @@ void fork_parent() {
   report_sink_unlock();
   g_quarantine.unlock_all();
   heaps_unlock_all();
-  g_check_lock.unlock();
+  check_lock_release();
 }
 void fork_child() {
   report_sink_reset_in_child();
   g_quarantine.reset_locks_in_child();
   heaps_reset_in_child();
-  g_check_lock.reset_after_fork();
+  check_lock_reset_in_child();
 }
 
 void install_hooks() {

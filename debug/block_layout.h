@@ -1,6 +1,6 @@
 // A debug block's header, and the debug layer's state shared by the files that read headers
-// (block.cc: blocks; leaks.cc: the leak report). Internal to debug/; the layout is drawn in the
-// README ("Debug mode").
+// (block.cc: blocks; leaks.cc: the leak report; heap_check.cc: brisk_check_heap). Internal to
+// debug/; the layout is drawn in the README ("Debug mode").
 #pragma once
 
 #include <atomic>
@@ -15,6 +15,7 @@
 namespace brisk::debug {
 
 struct DebugHeap;
+struct FillDamage;
 
 enum class State : std::uint8_t { kLive = 1, kQuarantined = 2, kKept = 3 };
 
@@ -90,5 +91,23 @@ void push_to_quarantine(const QuarantinedBlock* blocks, std::size_t n);
 void leave_quarantine_all(const QuarantinedBlock* blocks, std::size_t n);
 // debug::init's progress: 0 not started, 1 running, 2 done.
 extern std::atomic<int> g_init_state;
+
+// Reading blocks (block.cc), for the heap check (heap_check.cc) too.
+// The debug block whose user pointer is p, or nullptr. *in_debug_memory: p lies in memory that
+// holds debug blocks (so a failed lookup is a bad pointer, not a release block). *heap, with a
+// block: the debug heap whose live_lock guards it (nullptr: its header is damaged).
+Header* header_of(const void* p, bool* in_debug_memory, DebugHeap** heap);
+// What is wrong with a live block's own bytes (header, guard, canary), or nullptr. *mix, when
+// asked for: the header's mix_of as read.
+const char* damage_of(const Header* h, FillDamage* damage, std::uint64_t* mix = nullptr);
+// The same for a quarantined block, its freed pattern too.
+const char* quarantined_damage(const Header* h, FillDamage* damage);
+// A block whose header names no debug heap: reported, and left where it is.
+void header_damaged(const Header* h);
+// The heap check's lock (heap_check.cc), for the fork handlers: taken first of the debug
+// layer's, since its holder runs report callbacks, which may allocate.
+void check_lock_acquire();
+void check_lock_release();
+void check_lock_reset_in_child();
 
 }  // namespace brisk::debug
