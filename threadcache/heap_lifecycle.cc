@@ -78,27 +78,24 @@ Heap* heap_acquire(std::uint64_t thread_id, std::uint32_t pid = 0) {
   Heap* h = g_pool_head;
   if (h != nullptr) {
     g_pool_head = h->pool_next;
-    h->thread_id.store(thread_id, std::memory_order_relaxed);
-    h->thread_pid.store(pid, std::memory_order_relaxed);
-    if (thread_id != 0) g_attached_since_reap.fetch_add(1, std::memory_order_relaxed);
-    return h;
+  } else {
+    constexpr std::size_t size = (sizeof(Heap) + BRISK_CACHELINE - 1) & ~std::size_t{BRISK_CACHELINE - 1};
+    if (g_slab_cursor == nullptr || g_slab_end - g_slab_cursor < static_cast<std::ptrdiff_t>(size)) {
+      auto* slab = static_cast<char*>(platform::map(kSlabBytes));
+      if (slab == nullptr) return nullptr;
+      g_slab_cursor = slab;
+      g_slab_end = slab + kSlabBytes;
+    }
+    h = new (g_slab_cursor) Heap(&g_empty_span);
+    g_slab_cursor += size;
+    h->id = g_next_heap_id++;
+    h->all_next = g_all_heaps.load(std::memory_order_relaxed);
+    g_all_heaps.store(h, std::memory_order_release);
+    stats::add(stats::g.heaps_total, 1);
   }
-  constexpr std::size_t size = (sizeof(Heap) + BRISK_CACHELINE - 1) & ~std::size_t{BRISK_CACHELINE - 1};
-  if (g_slab_cursor == nullptr || g_slab_end - g_slab_cursor < static_cast<std::ptrdiff_t>(size)) {
-    auto* slab = static_cast<char*>(platform::map(kSlabBytes));
-    if (slab == nullptr) return nullptr;
-    g_slab_cursor = slab;
-    g_slab_end = slab + kSlabBytes;
-  }
-  h = new (g_slab_cursor) Heap(&g_empty_span);
-  g_slab_cursor += size;
-  h->id = g_next_heap_id++;
   h->thread_id.store(thread_id, std::memory_order_relaxed);
   h->thread_pid.store(pid, std::memory_order_relaxed);
-  h->all_next = g_all_heaps.load(std::memory_order_relaxed);
-  g_all_heaps.store(h, std::memory_order_release);
   if (thread_id != 0) g_attached_since_reap.fetch_add(1, std::memory_order_relaxed);
-  stats::add(stats::g.heaps_total, 1);
   return h;
 }
 
