@@ -419,11 +419,10 @@ std::size_t heap_reap_exited(bool only_idle) {
   // Heaps given out during the sweep count towards the next. Two threads may sweep at once: each
   // claim is taken by one of them.
   if (!only_idle) g_attached_since_reap.store(0, std::memory_order_relaxed);
-  const std::uint64_t self = platform::current_thread_id();
   const std::uint32_t pid = platform::current_process_id();
   for (Heap* h = g_all_heaps.load(std::memory_order_acquire); h != nullptr; h = h->all_next) {
     const std::uint64_t tid = h->thread_id.load(std::memory_order_relaxed);
-    if (tid == 0 || tid == self || h == t_heap) continue;
+    if (tid == 0 || h == t_heap) continue;  // the caller's own heap is the only one with its id
     // An id read in another process names no thread of this one: a heap this process's thread
     // took in a vfork child (sharing its memory), or this thread's own in a child of _Fork.
     if (h->thread_pid.load(std::memory_order_relaxed) != pid) continue;
