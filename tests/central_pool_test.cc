@@ -74,6 +74,34 @@ TEST(CentralPool, AnotherThreadAdoptsAnOrphanSpanWithRoom) {
   brisk_thread_collect();
 }
 
+// A thread that frees all of an exited thread's blocks of a class it has no span of yet keeps
+// the adopted span, now empty, as that class's span: its next block of the class is the last
+// one it freed (the head of the span's free list), not the first block of a span made anew.
+TEST(CentralPool, AnAdoptedSpanThatEmptiesServesTheNextBlockOfItsClass) {
+  constexpr std::size_t kSize = 2500;  // a class no other test here uses
+  constexpr int kBlocks = 8;
+  std::vector<void*> blocks;
+  std::thread owner([&] {
+    for (int i = 0; i < kBlocks; ++i) blocks.push_back(brisk_malloc(kSize));
+  });
+  owner.join();
+  Span* orphan = span_of(blocks[0]);
+  ASSERT_EQ(orphan->owner.load(), &g_orphan_heap);
+  for (void* p : blocks) ASSERT_EQ(span_of(p), orphan) << "the owner's blocks share one span";
+  void* next = nullptr;
+  Heap* heir = nullptr;
+  std::thread taker([&] {
+    for (void* p : blocks) brisk_free(p);  // adopts the span at the first free; empties it at the last
+    heir = t_heap;
+    next = brisk_malloc(kSize);
+    EXPECT_EQ(orphan->owner.load(), heir);
+    brisk_free(next);
+  });
+  taker.join();
+  EXPECT_EQ(next, blocks.back()) << "the emptied span was given back, and a new one carved";
+  brisk_thread_collect();
+}
+
 TEST(CentralPool, FreesRacingWithOwnerExitAreNeitherLostNorDoubled) {
   // Consumers free blocks while their producers exit: every block must come back exactly once,
   // which the heaps' stats show as all spans empty in the end.
