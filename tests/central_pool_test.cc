@@ -10,6 +10,8 @@
 
 #include "core/central_pool.h"
 #include "core/chunk.h"
+#include "core/options.h"
+#include "core/size_class.h"
 #include "threadcache/heap.h"
 
 namespace brisk {
@@ -99,6 +101,35 @@ TEST(CentralPool, AnAdoptedSpanThatEmptiesServesTheNextBlockOfItsClass) {
   });
   taker.join();
   EXPECT_EQ(next, blocks.back()) << "the emptied span was given back, and a new one carved";
+  brisk_thread_collect();
+}
+
+// The same for a 2-page span (the 8-16 KiB classes): it stays only as a retained class's emptied
+// span does, so BRISK_RETAINED_SPANS=0 (central_pool_retained_off_test) sends it back at once.
+TEST(CentralPool, AnAdoptedMultiPageSpanThatEmptiesStaysWithinTheRetainedLimits) {
+  constexpr std::size_t kSize = 12 * 1024;
+  const unsigned c = size_to_class(kSize);
+  ASSERT_GT(kClasses[c].span_pages, 1u);
+  std::vector<void*> blocks;
+  std::thread owner([&] {
+    for (unsigned i = 0; i < kClasses[c].capacity; ++i) blocks.push_back(brisk_malloc(kSize));
+  });
+  owner.join();
+  Span* orphan = span_of(blocks[0]);
+  for (void* p : blocks) ASSERT_EQ(span_of(p), orphan);
+  const bool retains = options::get(options::Id::kRetainedSpans) != 0;
+  std::thread taker([&] {
+    for (void* p : blocks) brisk_free(p);
+    Heap* h = t_heap;
+    if (retains) {
+      EXPECT_EQ(h->installed[c], orphan);
+      EXPECT_TRUE(h->retained[c]) << "kept past the retained spans' count and bytes";
+    } else {
+      EXPECT_EQ(h->installed[c], &g_empty_span) << "kept with BRISK_RETAINED_SPANS=0";
+      EXPECT_NE(orphan->owner.load(), h);
+    }
+  });
+  taker.join();
   brisk_thread_collect();
 }
 

@@ -18,6 +18,10 @@ set_tests_properties(large_budget_invariants_test PROPERTIES LABELS unit TIMEOUT
 add_test(NAME span_retained_budget_test COMMAND span_test --gtest_filter=Span.LowMemoryReleasesTheSpanKeptLongest*)
 set_tests_properties(span_retained_budget_test PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT "BRISK_RETAINED_BYTES=768k"
   FAIL_REGULAR_EXPRESSION "SKIPPED")
+# An adopted 2-page span that empties, with no spans retained: it goes back at once.
+add_test(NAME central_pool_retained_off_test COMMAND central_pool_test --gtest_filter=*MultiPageSpan*)
+set_tests_properties(central_pool_retained_off_test PROPERTIES LABELS unit TIMEOUT 60
+  ENVIRONMENT "BRISK_RETAINED_SPANS=0" FAIL_REGULAR_EXPRESSION "0 tests")
 # The large stash, which holds only large blocks of up to 2 MiB: with medium blocks up to 256 KiB.
 add_test(NAME large_stash_test COMMAND large_test --gtest_filter=LargeStash.*)
 set_tests_properties(large_stash_test PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT "BRISK_MEDIUM_MAX=256k")

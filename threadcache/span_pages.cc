@@ -656,8 +656,11 @@ bool keep_spare(Heap* h, Span* s) {
 // and 0.95 of the time with this, 50.3 MiB against 52.9). Installed off the fast path (current
 // stays at g_empty_span, as after a purge check): alloc_refill puts it on, where a debug switch
 // is ordered with it. Stamped as refilled now, so take_stale_kept_page does not hand its page to
-// another class before this one could use it. It goes back as any empty kept span does
-// (heap_release_stale_kept_spans, the idle purge, the thread's exit). Only while h serves a
+// another class before this one could use it. A span of more than one page stays only as a
+// retained class's emptied span does (retain_empty_span: BRISK_RETAINED_SPANS and _BYTES), else
+// it goes back at once. It goes back at the heap's next purge check if no allocation took it by
+// then (being off the fast path already, it counts as unused since the check before:
+// heap_release_stale_kept_spans), at the idle purge, or at the thread's exit. Only while h serves a
 // thread: a heap detaching (heap_detach frees its queue after resetting its classes, then
 // releases every span) or a debug heap parked in the pool must not be left naming a span.
 void install_emptied(Heap* h, Span* s) {
@@ -665,6 +668,7 @@ void install_emptied(Heap* h, Span* s) {
   if (s->listed) h->available[c].remove(s);
   h->installed[c] = s;
   h->refilled_at[c] = h->refills;
+  if (s->page_count > 1) retain_empty_span(h, c);
 }
 
 // free_local_adjust's work under the lock, kept out of line so that its common case (the
