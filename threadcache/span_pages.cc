@@ -651,18 +651,17 @@ bool keep_spare(Heap* h, Span* s) {
 // that exited, free_claimed, or one left listed when the class's own went back) becomes the
 // class's span, as an emptied current span stays (free_local_adjust): h's next allocation of the
 // class takes its blocks, carved and resident, where releasing it made that allocation claim
-// pages and carve a new span. A thread that inherits its predecessor's blocks frees them all
-// first (the churn workload: every new thread made a new span for about 42 of its classes,
-// and 0.95 of the time with this, 50.3 MiB against 52.9). Installed off the fast path (current
+// pages and carve a new span. A thread that inherits its predecessor's blocks often frees them
+// all first (the churn workload; README "Thread exit"). Installed off the fast path (current
 // stays at g_empty_span, as after a purge check): alloc_refill puts it on, where a debug switch
 // is ordered with it. Stamped as refilled now, so take_stale_kept_page does not hand its page to
 // another class before this one could use it. A span of more than one page stays only as a
 // retained class's emptied span does (retain_empty_span: BRISK_RETAINED_SPANS and _BYTES), else
 // it goes back at once. It goes back at the heap's next purge check if no allocation took it by
 // then (being off the fast path already, it counts as unused since the check before:
-// heap_release_stale_kept_spans), at the idle purge, or at the thread's exit. Only while h serves a
-// thread: a heap detaching (heap_detach frees its queue after resetting its classes, then
-// releases every span) or a debug heap parked in the pool must not be left naming a span.
+// heap_release_stale_kept_spans), at the idle purge, or at the thread's exit. Only while h
+// serves a thread: a heap detaching (heap_detach frees its queue after resetting its classes,
+// then releases every span) or a debug heap parked in the pool must not be left naming a span.
 void install_emptied(Heap* h, Span* s) {
   const unsigned c = s->size_class;
   if (s->listed) h->available[c].remove(s);
