@@ -9,8 +9,9 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/test_util.h"
+
 #include <atomic>
-#include <chrono>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -43,14 +44,7 @@ struct EarlyThreads {
 
 TEST(DebugEarlyThreads, ThreadsStartedInConstructorsMakeSoundDebugBlocksOnceTheModeIsOn) {
   ASSERT_NE(brisk_debug_active(), 0) << "run with BRISK_DEBUG=1";
-  auto all_made_one = [] {
-    for (auto& n : g_debug_blocks)
-      if (n.load() == 0) return false;
-    return true;
-  };
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (!all_made_one() && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  brisk_test::WaitUntilEachCounted(g_debug_blocks);
   g_stop.store(true);
   for (std::thread& th : *g_threads) th.join();
   for (int t = 0; t < kThreads; ++t) EXPECT_GT(g_debug_blocks[t].load(), 0) << "thread " << t;

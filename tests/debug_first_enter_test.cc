@@ -7,8 +7,9 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/test_util.h"
+
 #include <atomic>
-#include <chrono>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -38,14 +39,7 @@ TEST(DebugFirstEnter, ThreadsAllocatingAsTheModeFirstTurnsOnMakeSoundDebugBlocks
   while (running.load() != kThreads) std::this_thread::yield();
   brisk_debug_enter();
   // The switch is prompt: each thread's next allocation makes a debug block.
-  auto all_made_one = [&] {
-    for (auto& n : debug_blocks)
-      if (n.load() == 0) return false;
-    return true;
-  };
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (!all_made_one() && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  brisk_test::WaitUntilEachCounted(debug_blocks);
   stop.store(true);
   for (std::thread& th : threads) th.join();
   for (int t = 0; t < kThreads; ++t) EXPECT_GT(debug_blocks[static_cast<size_t>(t)].load(), 0) << "thread " << t;

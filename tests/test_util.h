@@ -11,13 +11,29 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 namespace brisk_test {
+
+// Waits, polling each millisecond, until every atomic counter of `counters` is above zero or
+// `seconds` have passed; returns whether they all are.
+template <class Counters>
+bool WaitUntilEachCounted(const Counters& counters, int seconds = 20) {
+  auto all = [&counters] {
+    for (const auto& n : counters)
+      if (n.load() == 0) return false;
+    return true;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (!all() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return all();
+}
 
 // This process's address space now (VmSize of /proc/self/status), or 0.
 inline size_t AddressSpaceBytes() {
