@@ -64,8 +64,8 @@ int g_log_fd = -2;  // -2: BRISK_DEBUG_LOG not looked at yet; -1: none (stderr)
 // replaced, so that once it returns the old callback is neither running nor about to run, and a
 // program may free its context (a small RCU: the callback is called outside the lock, since it
 // may allocate and so report again). A call made inside a callback on the same thread (a report
-// the callback caused) is not counted: the outer call covers it, and a callback that replaces
-// itself does not wait for its own call.
+// the callback caused) is not counted: the outer call covers it. A replacement made from inside
+// a callback does not wait (see set_report_callback).
 std::uint32_t g_setting = 0;
 std::atomic<std::uint32_t> g_calls[2];
 __thread int t_in_callback __attribute__((tls_model("initial-exec"))) = 0;
@@ -156,8 +156,9 @@ void set_report_callback(ReportCallback callback, void* context) {
     ++g_setting;
   }
   // The calls that read the replaced setting (and, if yet another setting follows meanwhile,
-  // that one's too, which only makes the wait longer). From inside a callback this thread's own
-  // call is not counted, so the wait ends when the other threads' calls do.
+  // that one's too, which only makes the wait longer). Not from inside a callback: two
+  // callbacks replacing the callback at once on two threads would each wait for the other.
+  if (t_in_callback != 0) return;
   while (replaced->load(std::memory_order_acquire) != 0) sched_yield();
 }
 

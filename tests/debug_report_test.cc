@@ -8,11 +8,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "debug/stack_trace.h"
 
@@ -197,6 +199,41 @@ TEST(DebugReport, ReplacingTheCallbackWaitsForItsCallsUnderWay) {
   lingering.alive.store(false);  // a program would free the context here
   reporter.join();
   EXPECT_EQ(lingering.used_after_replacement.load(), 0) << "the old callback ran after it was replaced";
+}
+
+// Two callbacks that replace the callback from inside, on two threads at once, each while the
+// other is inside too: neither waits for the other (each would wait for ever).
+struct Pair {
+  std::atomic<int> inside{0};
+  std::atomic<int> done{0};
+};
+void ReplaceWhileBothInside(const char*, std::size_t, void* context) {
+  auto* pair = static_cast<Pair*>(context);
+  pair->inside.fetch_add(1);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (pair->inside.load() < 2 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  brisk::debug::set_report_callback(ReplaceWhileBothInside, context);
+}
+
+TEST(DebugReport, CallbacksReplacingTheCallbackAtOnceDoNotWaitForEachOther) {
+  Pair pair;
+  brisk::debug::set_report_callback(ReplaceWhileBothInside, &pair);
+  std::vector<std::thread> reporters;
+  for (int i = 0; i < 2; ++i)
+    reporters.emplace_back([&pair] {
+      brisk::debug::report_problem(Simple("double free"));
+      pair.done.fetch_add(1);
+    });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (pair.done.load() < 2 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (pair.done.load() < 2) {
+    ADD_FAILURE() << "the two callbacks waited for each other";
+    std::_Exit(1);  // they never return: the threads cannot be joined
+  }
+  for (std::thread& t : reporters) t.join();
+  EXPECT_EQ(pair.inside.load(), 2);
+  brisk::debug::set_report_callback(nullptr, nullptr);
 }
 
 // Run last in this program: the log file is chosen at the first report without a callback, so

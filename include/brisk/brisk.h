@@ -185,8 +185,8 @@ int brisk_debug_active(void);
 int brisk_check_heap(void);
 /* Sends each report to callback(text, length, context) instead of BRISK_DEBUG_LOG or stderr;
  * NULL restores those. Returns once no other thread is running or about to run the callback it
- * replaces, so that callback's context may then be freed (called from inside a callback, it
- * waits for the other threads' calls only). */
+ * replaces, so that callback's context may then be freed; so it must not be called holding a
+ * lock the callback takes. Called from inside a callback, it does not wait. */
 void brisk_debug_set_report_callback(void (*callback)(const char* text, size_t length, void* context),
                                      void* context);
 
