@@ -442,13 +442,10 @@ void* large_debug_block(std::size_t total, bool zero, bool grows) {
 }
 
 void* allocate(std::size_t size, std::size_t alignment, Kind kind, bool zero, Growth growth) {
-  // Callers come here once debug_mode_on(), a relaxed load, read the mode on; the mode's first
-  // enter turned it on only after init() wrote the state read below (the stack depth and depot,
-  // the quarantine's rings) and stored 2 with release. This acquire orders those writes before
-  // this thread's reads: without it the first blocks of a thread that was allocating while
-  // another turned the mode on for the first time raced with init (ThreadSanitizer). The
-  // other ways in (free, realloc, usable size) come through g_debug_blocks_may_exist's acquire.
-  if (BRISK_UNLIKELY(g_init_state.load(std::memory_order_acquire) != 2)) init();
+  // Callers come here once debug_mode_on() read the mode on, whose acquire orders init's writes
+  // before this thread's reads of them (debug_switch.h); the other ways into debug/ (free,
+  // realloc, usable size) come through g_debug_blocks_may_exist's acquire.
+  BRISK_ASSERT(g_init_state.load(std::memory_order_relaxed) == 2);
   if (alignment < kMinAlign) alignment = kMinAlign;
   constexpr std::size_t kLimit = static_cast<std::size_t>(PTRDIFF_MAX) / 2;
   if (size > kLimit) {

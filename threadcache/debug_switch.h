@@ -29,13 +29,12 @@ namespace brisk {
 
 // brisk_debug_enter's nesting depth; debug mode is on while it is above zero.
 extern std::atomic<int> g_debug_depth;
-inline bool debug_mode_on() { return g_debug_depth.load(std::memory_order_relaxed) > 0; }
-// The same, for a caller that goes on to call g_debug_hooks: debug::enter raises the depth only
-// after debug::init has written the hooks and the debug layer's state, so this acquire orders
-// those writes before the caller's reads (a plain load on x86). With the relaxed load, a thread
-// already allocating when the mode first turned on could read the hooks unordered: null on a
-// weakly ordered CPU, and a race under ThreadSanitizer.
-inline bool debug_mode_on_ordered() { return g_debug_depth.load(std::memory_order_acquire) > 0; }
+// Acquire: debug::enter raises the depth only after debug::init has written the hooks and the
+// debug layer's state (stack depth and depot, the quarantine's rings), so a caller that reads
+// the mode on and goes on into debug/ sees those writes (a plain load on x86; no fast path asks).
+// Relaxed, a thread already allocating when the mode first turned on read them unordered: races
+// under ThreadSanitizer, and on a weakly ordered CPU a null hook.
+inline bool debug_mode_on() { return g_debug_depth.load(std::memory_order_acquire) > 0; }
 
 struct DebugHooks {
   void* (*alloc)(std::size_t size);  // a malloc-kind debug block of size bytes; errno on failure
@@ -52,8 +51,8 @@ struct DebugHooks {
 };
 // Set by debug/'s constructor (priority 101: before the program's own constructors, which may
 // start threads) and by its init, before the first switch to debug mode, whichever comes first;
-// never cleared. Each may be null before then. Read after debug_mode_on_ordered() or
-// g_debug_blocks_may_exist's acquire, which order them.
+// never cleared. Each may be null before then. Read after debug_mode_on() or
+// g_debug_blocks_may_exist, whose acquires order them.
 extern DebugHooks g_debug_hooks;
 // True once a debug block may exist: free_slow asks debug/ about every pointer from then on.
 extern std::atomic<bool> g_debug_blocks_may_exist;

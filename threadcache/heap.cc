@@ -31,7 +31,7 @@ void free_list_damaged(const Block* b) {
 }
 
 BRISK_NOINLINE void* alloc_refill(Heap* h, unsigned c, std::size_t size) {
-  if (BRISK_UNLIKELY(debug_mode_on_ordered()) && !h->is_debug) return g_debug_hooks.alloc(size);
+  if (BRISK_UNLIKELY(debug_mode_on()) && !h->is_debug) return g_debug_hooks.alloc(size);
   if (BRISK_UNLIKELY(!heap_is_attached(h))) {
     void* p;
     if (h == &g_exited_heap) {
@@ -81,7 +81,7 @@ BRISK_NOINLINE void* alloc_refill(Heap* h, unsigned c, std::size_t size) {
     // Pairs with the fence after a switch turned the mode on (debug_switch.h): either the mode
     // reads on here, or the switch's store of g_empty_span lands after this install.
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (BRISK_UNLIKELY(debug_mode_on_ordered()) && !h->is_debug) {
+    if (BRISK_UNLIKELY(debug_mode_on()) && !h->is_debug) {
       std::atomic_ref<Span*>(h->current[c]).store(&g_empty_span, std::memory_order_relaxed);
       return g_debug_hooks.alloc(size);
     }
