@@ -771,9 +771,11 @@ void install_hooks() {
 
 // At load, before the program starts a thread: the fork handlers read the hooks without a lock,
 // and must take the debug layer's locks from the first fork on. Priority 101, the first a
-// program may use: in a static link the program's own constructors (which may start threads)
-// and debug/mode.cc's (BRISK_DEBUG=1's enter) otherwise ran first, and init installed the hooks
-// while other threads already allocated.
+// program may use: in a static link the program's own constructors of default priority (which
+// may start threads) and debug/mode.cc's (BRISK_DEBUG=1's enter) otherwise ran first, and init
+// installed the hooks while other threads already allocated. Not a guarantee: a program's own
+// priority-101 constructor, or another library's when brisk is preloaded, still runs before
+// it; alloc_refill then reads the hooks after debug_mode_on()'s acquire all the same.
 __attribute__((constructor(101))) void install_hooks_at_load() {
   if (g_debug_hooks.alloc == nullptr) install_hooks();
 }

@@ -1,9 +1,6 @@
 #include "debug/report.h"
 
-#include <sched.h>
-
 #include <atomic>
-#include <cstdint>
 
 #include "core/lock.h"
 #include "core/platform.h"
@@ -59,18 +56,6 @@ SpinLock g_sink_lock;
 ReportCallback g_callback = nullptr;
 void* g_callback_context = nullptr;
 int g_log_fd = -2;  // -2: BRISK_DEBUG_LOG not looked at yet; -1: none (stderr)
-// Calls of the callback under way, counted by the setting they read: setting g (g_setting, under
-// the lock) counts in g_calls[g % 2]. set_report_callback waits for the count of the setting it
-// replaced, so that once it returns the old callback is neither running nor about to run, and a
-// program may free its context (a small RCU: the callback is called outside the lock, since it
-// may allocate and so report again). A call made inside a callback on the same thread (a report
-// the callback caused) is not counted: the outer call covers it. A replacement made from inside
-// a callback does not wait (see set_report_callback).
-std::uint32_t g_setting = 0;
-std::atomic<std::uint32_t> g_calls[2];
-__thread int t_in_callback __attribute__((tls_model("initial-exec"))) = 0;
-// The count this thread's outermost call is in, for a fork child (report_sink_reset_in_child).
-__thread std::atomic<std::uint32_t>* t_counted __attribute__((tls_model("initial-exec"))) = nullptr;
 
 }  // namespace
 
@@ -112,15 +97,10 @@ void emit_report(const char* text, std::size_t length) {
   ReportCallback callback;
   void* context;
   int fd;
-  std::atomic<std::uint32_t>* counted = nullptr;
   {
     LockGuard guard(g_sink_lock);
     callback = g_callback;
     context = g_callback_context;
-    if (callback != nullptr && t_in_callback == 0) {
-      counted = &g_calls[g_setting % 2];
-      counted->fetch_add(1, std::memory_order_relaxed);
-    }
     if (callback == nullptr && g_log_fd == -2) {
       const char* path = platform::get_env("BRISK_DEBUG_LOG");
       g_log_fd = path != nullptr && path[0] != '\0' ? platform::open_log_file(path) : -1;
@@ -129,16 +109,7 @@ void emit_report(const char* text, std::size_t length) {
   }
   // Outside the lock: a callback may allocate, and so reach the debug layer and report again.
   if (callback != nullptr) {
-    if (counted != nullptr) t_counted = counted;
-    ++t_in_callback;
     callback(text, length, context);
-    --t_in_callback;
-    if (counted != nullptr) {
-      t_counted = nullptr;
-      // Release: the callback's accesses to its context happen before a waiting
-      // set_report_callback returns.
-      counted->fetch_sub(1, std::memory_order_release);
-    }
   } else if (fd >= 0) {
     platform::write_fd(fd, text, length);
   } else {
@@ -147,30 +118,13 @@ void emit_report(const char* text, std::size_t length) {
 }
 
 void set_report_callback(ReportCallback callback, void* context) {
-  std::atomic<std::uint32_t>* replaced;
-  {
-    LockGuard guard(g_sink_lock);
-    g_callback = callback;
-    g_callback_context = context;
-    replaced = &g_calls[g_setting % 2];
-    ++g_setting;
-  }
-  // The calls that read the replaced setting (and, if yet another setting follows meanwhile,
-  // that one's too, which only makes the wait longer). Not from inside a callback: two
-  // callbacks replacing the callback at once on two threads would each wait for the other.
-  if (t_in_callback != 0) return;
-  while (replaced->load(std::memory_order_acquire) != 0) sched_yield();
+  LockGuard guard(g_sink_lock);
+  g_callback = callback;
+  g_callback_context = context;
 }
 
 void report_sink_lock() { g_sink_lock.lock(); }
 void report_sink_unlock() { g_sink_lock.unlock(); }
-void report_sink_reset_in_child() {
-  g_sink_lock.reset_after_fork();
-  // Calls under way in other threads of the parent end in the parent only; the forking thread's
-  // own (a callback that forks) still ends here, and its count with it.
-  g_calls[0].store(0, std::memory_order_relaxed);
-  g_calls[1].store(0, std::memory_order_relaxed);
-  if (t_counted != nullptr) t_counted->store(1, std::memory_order_relaxed);
-}
+void report_sink_reset_in_child() { g_sink_lock.reset_after_fork(); }
 
 }  // namespace brisk::debug

@@ -6,15 +6,10 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include <atomic>
-#include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
 #include <string>
-#include <thread>
-#include <vector>
 
 #include "debug/stack_trace.h"
 
@@ -172,68 +167,6 @@ TEST(DebugReport, TheCallbackReceivesTheWholeReportAndNullRestoresTheDefault) {
   brisk::debug::report_problem(Simple("invalid pointer"));
   EXPECT_EQ(testing::internal::GetCapturedStderr(), "brisk: invalid pointer\n  block 0x10, user size 4\n");
   EXPECT_EQ(captured.calls, 1);
-}
-
-// Replacing the callback waits for the calls of the old one under way on other threads: once
-// set_report_callback returns, its context may be freed. The callback here stays inside for a
-// few milliseconds and checks at the end that its context is still alive; the main thread
-// replaces it while a report is inside, then marks the context dead.
-struct Lingering {
-  std::atomic<bool> inside{false};
-  std::atomic<bool> alive{true};
-  std::atomic<int> used_after_replacement{0};
-};
-void Linger(const char*, std::size_t, void* context) {
-  auto* l = static_cast<Lingering*>(context);
-  l->inside.store(true);
-  std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  if (!l->alive.load()) l->used_after_replacement.fetch_add(1);
-}
-
-TEST(DebugReport, ReplacingTheCallbackWaitsForItsCallsUnderWay) {
-  Lingering lingering;
-  brisk::debug::set_report_callback(Linger, &lingering);
-  std::thread reporter([] { brisk::debug::report_problem(Simple("double free")); });
-  while (!lingering.inside.load()) std::this_thread::yield();
-  brisk::debug::set_report_callback(nullptr, nullptr);
-  lingering.alive.store(false);  // a program would free the context here
-  reporter.join();
-  EXPECT_EQ(lingering.used_after_replacement.load(), 0) << "the old callback ran after it was replaced";
-}
-
-// Two callbacks that replace the callback from inside, on two threads at once, each while the
-// other is inside too: neither waits for the other (each would wait for ever).
-struct Pair {
-  std::atomic<int> inside{0};
-  std::atomic<int> done{0};
-};
-void ReplaceWhileBothInside(const char*, std::size_t, void* context) {
-  auto* pair = static_cast<Pair*>(context);
-  pair->inside.fetch_add(1);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (pair->inside.load() < 2 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
-  brisk::debug::set_report_callback(ReplaceWhileBothInside, context);
-}
-
-TEST(DebugReport, CallbacksReplacingTheCallbackAtOnceDoNotWaitForEachOther) {
-  Pair pair;
-  brisk::debug::set_report_callback(ReplaceWhileBothInside, &pair);
-  std::vector<std::thread> reporters;
-  for (int i = 0; i < 2; ++i)
-    reporters.emplace_back([&pair] {
-      brisk::debug::report_problem(Simple("double free"));
-      pair.done.fetch_add(1);
-    });
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (pair.done.load() < 2 && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  if (pair.done.load() < 2) {
-    ADD_FAILURE() << "the two callbacks waited for each other";
-    std::_Exit(1);  // they never return: the threads cannot be joined
-  }
-  for (std::thread& t : reporters) t.join();
-  EXPECT_EQ(pair.inside.load(), 2);
-  brisk::debug::set_report_callback(nullptr, nullptr);
 }
 
 // Run last in this program: the log file is chosen at the first report without a callback, so

@@ -49,10 +49,10 @@ struct DebugHooks {
   // the spans they lie in can go back.
   std::size_t (*quarantine_idle)(std::uint64_t now_ms, std::uint64_t idle_ms);
 };
-// Set by debug/'s constructor (priority 101: before the program's own constructors, which may
-// start threads) and by its init, before the first switch to debug mode, whichever comes first;
-// never cleared. Each may be null before then. Read after debug_mode_on() or
-// g_debug_blocks_may_exist, whose acquires order them.
+// Set by debug/'s constructor (priority 101: before the program's own constructors of default
+// priority, which may start threads) and by its init, before the first switch to debug mode,
+// whichever comes first; never cleared. Each may be null before then. Read after
+// debug_mode_on() or g_debug_blocks_may_exist, whose acquires order them.
 extern DebugHooks g_debug_hooks;
 // True once a debug block may exist: free_slow asks debug/ about every pointer from then on.
 extern std::atomic<bool> g_debug_blocks_may_exist;

@@ -184,9 +184,10 @@ int brisk_debug_active(void);
  * number. */
 int brisk_check_heap(void);
 /* Sends each report to callback(text, length, context) instead of BRISK_DEBUG_LOG or stderr;
- * NULL restores those. Returns once no other thread is running or about to run the callback it
- * replaces, so that callback's context may then be freed; so it must not be called holding a
- * lock the callback takes. Called from inside a callback, it does not wait. */
+ * NULL restores those. A report already under way on another thread may still call the
+ * callback this replaces, with its context, after this returns: keep that context valid (a
+ * static object, say) for as long as reports may be made. The callback should return: it is
+ * called outside brisk's locks. */
 void brisk_debug_set_report_callback(void (*callback)(const char* text, size_t length, void* context),
                                      void* context);
 
