@@ -21,18 +21,24 @@
 
 namespace brisk_test {
 
-// Waits, polling each millisecond, until every atomic counter of `counters` is above zero or
-// `seconds` have passed; returns whether they all are.
+// Waits, polling each millisecond, until done() or `seconds` have passed; returns done().
+template <class Pred>
+bool WaitUntil(Pred done, int seconds = 20) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (!done() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return done();
+}
+
+// Waits until every atomic counter of `counters` is above zero, as WaitUntil.
 template <class Counters>
 bool WaitUntilEachCounted(const Counters& counters, int seconds = 20) {
-  auto all = [&counters] {
-    for (const auto& n : counters)
-      if (n.load() == 0) return false;
-    return true;
-  };
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  while (!all() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  return all();
+  return WaitUntil(
+      [&counters] {
+        for (const auto& n : counters)
+          if (n.load() == 0) return false;
+        return true;
+      },
+      seconds);
 }
 
 // This process's address space now (VmSize of /proc/self/status), or 0.

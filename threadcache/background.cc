@@ -335,6 +335,10 @@ std::uint64_t background_pass(std::uint64_t now) {
     g_last_reap_ms.store(now, std::memory_order_relaxed);
     heap_reap_exited(true);
   }
+  // Heaps parked in pthread_join for BRISK_IDLE_MS (heap_lifecycle.cc, "Parked heaps"): what
+  // they hold is taken, spans with live blocks to the central pools, the rest given back, as a
+  // free of one of their blocks takes them sooner. Outside the pass lock, as at thread exit.
+  for (Heap* h = all_heaps(); h != nullptr; h = h->all_next) heap_take_parked(h, now, idle);
   LockGuard g(g_pass_lock);
   std::size_t bytes = 0;
   if (!g_orphan_heap.incoming.empty()) drain_orphans();

@@ -9,6 +9,7 @@
 
 #include "core/central_pool.h"
 #include "core/large.h"
+#include "core/platform.h"
 #include "core/report.h"
 #include "threadcache/debug_switch.h"
 #include "threadcache/foreign_cache.h"
@@ -166,6 +167,10 @@ BRISK_NOINLINE void free_slow(void* p) {
     send_chain(owner, b, b, s->block_size);  // no heap (exited thread, or out of memory for one): send it alone
     return;
   }
+  // The owner waits in pthread_join: what its heap holds is taken, and this block's span is an
+  // orphan that this thread adopts (heap_lifecycle.cc, "Parked heaps").
+  if (BRISK_UNLIKELY(heap_is_parked(owner)) && heap_take_parked(owner, platform::now_ms()))
+    owner = s->owner.load(std::memory_order_acquire);
   if (s->kind == SpanKind::kSmall && owner != &g_orphan_heap && foreign_cache_add(h, s, b)) return;
   free_claimed(h, s, b, owner);
 }

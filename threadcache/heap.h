@@ -155,6 +155,12 @@ class alignas(BRISK_CACHELINE) Heap {
   Heap* pool_next = nullptr;
   Heap* all_next = nullptr;  // every heap ever made, for the debug switch (never unlinked)
   std::uint32_t id = 0;
+  // Parking (heap_lifecycle.cc, "Parked heaps"): kHeapParked while the owner waits in
+  // pthread_join, since parked_at_ms; kHeapParkedTaken once another thread has taken what the
+  // heap held. Beside id, which outgoing_add reads for every remote free: free_slow's look at
+  // the owner's mark costs no other cache line.
+  std::atomic<std::uint8_t> parked{0};
+  std::atomic<std::uint64_t> parked_at_ms{0};
 
   // Statistics, read from any thread (heap_stats.cc); written on slow paths only, by the owner
   // (stats::add_single_writer) or, for thread_id, by attach and exit. Reset when the heap is
@@ -328,6 +334,34 @@ Heap* heap_for_this_thread();          // creates the thread's heap on first use
 // idle. The heaps given back.
 std::size_t heap_reap_exited(bool only_idle = false);
 inline bool heap_is_attached(const Heap* h) { return h != &g_sentinel_heap && h != &g_exited_heap; }
+
+// Parked heaps (heap_lifecycle.cc): a thread about to wait in pthread_join parks its heap, and
+// unparks it when the wait is over; meanwhile another thread may take what the heap holds, as
+// if its thread had exited, and leave it empty for its thread to go on with.
+inline constexpr std::uint8_t kHeapRunning = 0;
+inline constexpr std::uint8_t kHeapParked = 1;
+inline constexpr std::uint8_t kHeapParkedTaken = 2;
+// How long a heap stays parked before it may be taken: a join that returns sooner costs its
+// heap nothing, and a thread that joins often loses its spans at most once per this time.
+inline constexpr std::uint64_t kParkedTakeAfterMs = 10;
+// By the calling thread: parks its heap and returns it, or nullptr when it has none (a thread
+// that never allocated, or has exited, or is parked already). Until heap_unpark, the thread's
+// own allocations and frees (a signal handler's) go through the slow paths as an exited
+// thread's do, and never touch the parked heap.
+Heap* heap_park();
+// By the thread that parked h: waits for a take under way, and makes h its heap again.
+void heap_unpark(Heap* h);
+// Takes what o holds if o has been parked for after_ms at now (platform::now_ms) and
+// its slow lock is free: o is detached as at thread exit (its spans with live blocks go to the
+// central pools, where the threads that free those blocks adopt them) and reset, still its
+// thread's. True if taken.
+// after_ms: the time parked before a take, kParkedTakeAfterMs for a free of one of o's blocks.
+bool heap_take_parked(Heap* o, std::uint64_t now, std::uint64_t after_ms = kParkedTakeAfterMs);
+inline bool heap_is_parked(const Heap* o) { return o->parked.load(std::memory_order_relaxed) == kHeapParked; }
+std::uint64_t heaps_taken_parked();  // takes so far (tests, statistics)
+// Test hook, null in production: heap_take_parked calls it with the heap it has taken, before
+// it lets go of the heap's slow lock (tests/parked_heap_test.cc).
+extern std::atomic<void (*)(Heap* h)> g_take_parked_test_hook;
 // A heap attached to no thread, for one allocation of an exited thread; nullptr: no memory.
 // heap_give_back detaches it again, as at thread exit: the block's span becomes an orphan.
 Heap* heap_borrow();
