@@ -744,7 +744,8 @@ void realloc_done(void* p, bool moved) {
 namespace {
 
 // fork: every lock of the debug layer, in this order. The heap check's lock comes first: its
-// holder runs report callbacks, which may allocate and so take the others. None of the others
+// holder runs report callbacks, which may allocate and so take the others (or fork: then the
+// forking thread holds it, and it is left as it is, heap_check.cc). None of the others
 // is held while another is taken, nor while a lock of the thread cache or core is.
 void fork_prepare() {
   check_lock_acquire();

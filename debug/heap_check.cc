@@ -42,11 +42,29 @@ constexpr int kBatch = 8;
 // asked before it, however often a thread checks.
 TicketLock g_check_lock;
 Snapshot g_check_batch[kBatch];
+// Set while this thread holds g_check_lock in check_heap, where it runs report callbacks. A
+// callback may fork: fork's handlers then leave the lock to this thread (check_lock_acquire
+// and _release) instead of waiting for it, which was for ever.
+__thread bool t_checking __attribute__((tls_model("initial-exec"))) = false;
+
+class CheckScope {
+ public:
+  CheckScope() {
+    g_check_lock.lock();
+    t_checking = true;
+  }
+  ~CheckScope() {
+    t_checking = false;
+    g_check_lock.unlock();
+  }
+  CheckScope(const CheckScope&) = delete;
+  CheckScope& operator=(const CheckScope&) = delete;
+};
 }  // namespace
 
 int check_heap() {
   // Snapshots are taken under the locks and reported after them, a batch at a time.
-  LockGuard check_guard(g_check_lock);
+  CheckScope check_scope;
   int damaged = 0;
   int queued = 0;
   auto flush = [&queued] {
@@ -93,8 +111,17 @@ int check_heap() {
   return damaged + visit.damaged;
 }
 
-void check_lock_acquire() { g_check_lock.lock(); }
-void check_lock_release() { g_check_lock.unlock(); }
-void check_lock_reset_in_child() { g_check_lock.reset_after_fork(); }
+void check_lock_acquire() {
+  if (!t_checking) g_check_lock.lock();
+}
+void check_lock_release() {
+  if (!t_checking) g_check_lock.unlock();
+}
+// The waiters' tickets are gone with their threads. A child forked by a callback goes on with
+// the check, which unlocks at its end: the lock starts out held once, by it.
+void check_lock_reset_in_child() {
+  g_check_lock.reset_after_fork();
+  if (t_checking) g_check_lock.lock();
+}
 
 }  // namespace brisk::debug
