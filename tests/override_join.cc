@@ -1,6 +1,7 @@
-// pthread_join under LD_PRELOAD=libbrisk.so parks the joining thread's heap (override/threads.cc,
-// threadcache/heap_lifecycle.cc "Parked heaps"):
-//   - the main thread allocates, starts a thread and joins it; the thread frees those blocks
+// pthread_join and C11's thrd_join under LD_PRELOAD=libbrisk.so park the joining thread's heap
+// (override/threads.cc, threadcache/heap_lifecycle.cc "Parked heaps"):
+//   - the main thread allocates, starts a thread and joins it (pthread_join, then thrd_join);
+//     the thread frees those blocks
 //     and allocates as many of its own, which must land in the main thread's spans (before
 //     parked heaps they came from fresh memory while the frees waited in the main thread's
 //     queue);
@@ -13,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <threads.h>
 #include <unistd.h>
 
 #include <brisk/brisk.h>
@@ -109,21 +111,30 @@ int main() {
   g_get_stats = reinterpret_cast<GetStatsFn>(dlsym(RTLD_DEFAULT, "brisk_get_stats"));
   if (g_get_stats == nullptr) return Fail("brisk_get_stats not found (is LD_PRELOAD set?)");
 
-  Shared s;
-  s.main_tid = static_cast<pid_t>(syscall(SYS_gettid));
-  for (int i = 0; i < kCount; ++i) {
-    void* p = malloc(kSize);
-    if (p == nullptr) return Fail("malloc returned NULL");
-    memset(p, 0x3c, kSize);
-    s.blocks.push_back(p);
-    s.pages.insert(PageOf(p));
+  for (bool c11 : {false, true}) {
+    Shared s;
+    s.main_tid = static_cast<pid_t>(syscall(SYS_gettid));
+    for (int i = 0; i < kCount; ++i) {
+      void* p = malloc(kSize);
+      if (p == nullptr) return Fail("malloc returned NULL");
+      memset(p, 0x3c, kSize);
+      s.blocks.push_back(p);
+      s.pages.insert(PageOf(p));
+    }
+    if (c11) {
+      thrd_t t;
+      if (thrd_create(&t, [](void* a) { return FreeAndAllocate(a) == nullptr ? 0 : 1; }, &s) != thrd_success)
+        return Fail("thrd_create failed");
+      if (thrd_join(t, nullptr) != thrd_success) return Fail("thrd_join failed");
+    } else {
+      pthread_t t;
+      if (pthread_create(&t, nullptr, FreeAndAllocate, &s) != 0) return Fail("pthread_create failed");
+      if (pthread_join(t, nullptr) != 0) return Fail("pthread_join failed");
+    }
+    if (!s.intact) return Fail("a block was damaged before its free");
+    printf("%s: reused %d of %d blocks allocated after the frees\n", c11 ? "thrd_join" : "pthread_join", s.reused, kCount);
+    if (s.reused < kCount * 3 / 4) return Fail("the freeing thread did not reuse the joining thread's spans");
   }
-  pthread_t t;
-  if (pthread_create(&t, nullptr, FreeAndAllocate, &s) != 0) return Fail("pthread_create failed");
-  if (pthread_join(t, nullptr) != 0) return Fail("pthread_join failed");
-  if (!s.intact) return Fail("a block was damaged before its free");
-  printf("reused: %d of %d blocks allocated after the frees\n", s.reused, kCount);
-  if (s.reused < kCount * 3 / 4) return Fail("the freeing thread did not reuse the joining thread's spans");
 
   // Cancelled in pthread_join: the thread's key destructor unparks its heap and gives it back.
   const uint64_t live = HeapsLive();

@@ -8,6 +8,9 @@
 #include <gtest/gtest.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -264,6 +267,143 @@ TEST_F(ParkedHeap, AThreadThatExitsWhileParkedGivesItsHeapBack) {
   ASSERT_NE(kept, nullptr);
   EXPECT_TRUE(Filled(kept, 0x5a));
   brisk_free(kept);
+}
+
+// A thread that leaves while parked without its key destructor (the exit system call from a
+// signal handler that interrupted pthread_join) leaves its heap parked; the sweep for gone
+// threads' heaps gives it to the pool. Its mark must not go with it: the heap's next thread
+// would have it taken from under its fast paths (a review's probe: TSan reported the take's
+// writes racing with the new owner's).
+std::atomic<brisk::Heap*> g_raw_exit_heap{nullptr};
+void* ParkAndExitRaw(void*) {
+  void* p = brisk_malloc(kSize);
+  std::memset(p, 0x21, kSize);
+  g_raw_exit_heap.store(brisk::heap_park());
+  syscall(SYS_exit, 0);
+  return nullptr;
+}
+
+TEST_F(ParkedHeap, AHeapReapedWhileParkedIsNotTakenUnderItsNextThread) {
+#ifdef BRISK_TEST_SANITIZED
+  GTEST_SKIP() << "the sanitizers' runtimes do not survive a thread's raw exit";
+#endif
+  pthread_t t;
+  ASSERT_EQ(pthread_create(&t, nullptr, ParkAndExitRaw, nullptr), 0);
+  ASSERT_EQ(pthread_join(t, nullptr), 0);  // the kernel clears the thread id glibc waits on
+  brisk::Heap* gone = g_raw_exit_heap.load();
+  ASSERT_NE(gone, nullptr);
+  EXPECT_EQ(gone->parked.load(), brisk::kHeapParked);
+  EXPECT_GE(brisk::heap_reap_exited(), 1u);
+  EXPECT_EQ(gone->parked.load(), brisk::kHeapRunning);
+  // The pool gives the heap out again, last in first out: to this new thread.
+  const std::uint64_t taken = brisk::heaps_taken_parked();
+  std::atomic<bool> done{false};
+  std::atomic<brisk::Heap*> theirs{nullptr};
+  std::vector<void*> blocks;
+  std::thread next([&] {
+    blocks = AllocateFilled(256, 0x23);
+    theirs.store(brisk::t_heap);
+    brisk_test::WaitUntil([&] { return done.load(); });
+  });
+  brisk_test::WaitUntil([&] { return theirs.load() != nullptr; });
+  EXPECT_EQ(theirs.load(), gone);
+  g_fake_now += 1000;
+  for (void* p : blocks) brisk_free(p);  // frees of a running thread's blocks: no take
+  EXPECT_EQ(brisk::heaps_taken_parked(), taken);
+  done.store(true);
+  next.join();
+}
+
+// A take resets the heap for its thread to go on with, not the thread's counters.
+TEST_F(ParkedHeap, ATakeKeepsTheThreadsCounters) {
+  std::vector<void*> theirs;
+  std::atomic<bool> allocated{false}, freed{false};
+  std::thread other([&] {  // alive while its blocks are freed: they are remote frees
+    theirs = AllocateFilled(200, 0x31);
+    allocated.store(true);
+    brisk_test::WaitUntil([&] { return freed.load(); });
+  });
+  brisk_test::WaitUntil([&] { return allocated.load(); });
+  std::vector<void*> mine = AllocateFilled(64, 0x32);
+  for (void* p : theirs) brisk_free(p);
+  brisk_thread_collect();  // sends the batches: counted as sent
+  freed.store(true);
+  other.join();
+  const std::uint64_t sent = brisk::t_heap->remote_frees_sent.load();
+  EXPECT_GE(sent, 200u);
+  const std::uint64_t taken = brisk::heaps_taken_parked();
+  brisk::Heap* parked = brisk::heap_park();
+  std::thread worker([&] {
+    g_fake_now += brisk::kParkedTakeAfterMs;
+    for (void* p : mine) brisk_free(p);
+  });
+  worker.join();
+  brisk::heap_unpark(parked);
+  EXPECT_EQ(brisk::heaps_taken_parked(), taken + 1);
+  EXPECT_EQ(parked->remote_frees_sent.load(), sent);
+}
+
+// A signal handler that forks while its thread waits in heap_unpark for a take: the child goes
+// on from the fork with a heap it can use. Unparking now holds signals off while it waits, and
+// fork's prepare handler waits for a take of the parked heap of the thread that forks; before,
+// the child went back into the wait for a lock that the taker, gone in the child, held: for
+// ever (a review's probe).
+std::atomic<bool> g_long_take{false};
+void HoldTheTakeLong(brisk::Heap*) {
+  g_long_take.store(true);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+}
+pid_t g_fork_child = -1;
+void ForkInHandler(int) { g_fork_child = fork(); }
+
+TEST_F(ParkedHeap, AForkFromASignalHandlerWhileUnparkingLeavesTheChildAHeap) {
+  struct sigaction sa = {};
+  struct sigaction old = {};
+  sa.sa_handler = ForkInHandler;
+  sigemptyset(&sa.sa_mask);
+  ASSERT_EQ(sigaction(SIGUSR2, &sa, &old), 0);
+  const pid_t parent = getpid();
+  std::vector<void*> mine = AllocateFilled(64, 0x41);
+  brisk::g_take_parked_test_hook.store(HoldTheTakeLong);
+  const pthread_t self = pthread_self();
+  brisk::Heap* parked = brisk::heap_park();
+  ASSERT_NE(parked, nullptr);
+  std::thread worker([&] {
+    g_fake_now += brisk::kParkedTakeAfterMs;
+    for (void* p : mine) brisk_free(p);
+  });
+  std::thread signaler([&] {
+    brisk_test::WaitUntil([] { return g_long_take.load(); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the main thread waits in unpark
+    pthread_kill(self, SIGUSR2);
+  });
+  brisk_test::WaitUntil([] { return g_long_take.load(); });
+  brisk::heap_unpark(parked);
+  if (getpid() != parent) {  // the child, after the handler's fork
+    void* p = brisk_malloc(kSize);
+    if (p != nullptr) std::memset(p, 0x42, kSize);
+    brisk_free(p);
+    // exit_group directly: the sanitizers' exit path would report the parent's threads, copied
+    // into the child's bookkeeping but not into the child, as leaked.
+    syscall(SYS_exit_group, p != nullptr && brisk::t_heap == parked ? 0 : 3);
+  }
+  signaler.join();
+  worker.join();
+  brisk_test::WaitUntil([] { return g_fork_child != -1; });
+  sigaction(SIGUSR2, &old, nullptr);
+  ASSERT_GT(g_fork_child, 0);
+  int status = 0;
+  pid_t done = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while ((done = waitpid(g_fork_child, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (done == 0) {
+    kill(g_fork_child, SIGKILL);
+    waitpid(g_fork_child, &status, 0);
+    FAIL() << "the child hung";
+  }
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 }  // namespace
