@@ -163,6 +163,36 @@ TEST_F(ParkedHeap, TheBackgroundPassTakesAHeapParkedForTheIdleTime) {
   EXPECT_EQ(SpanOf(mine[0])->owner.load(), parked);
 }
 
+// A free takes a parked heap only if it owns at most kParkedTakeInFreeMaxSpans spans: the take
+// runs in that free, and this bounds its stall. A bigger one is left to the background pass.
+TEST_F(ParkedHeap, AFreeDoesNotTakeAHeapOfMoreSpansThanItsBound) {
+  constexpr std::size_t kOneBlockSpan = 40000;  // a small class whose span holds one block
+  std::vector<void*> mine;
+  for (std::uint32_t i = 0; i < brisk::kParkedTakeInFreeMaxSpans + 64; ++i) {
+    auto* p = static_cast<char*>(brisk_malloc(kOneBlockSpan));
+    ASSERT_NE(p, nullptr);
+    p[0] = 1;
+    mine.push_back(p);
+  }
+  const std::uint64_t taken = brisk::heaps_taken_parked();
+  brisk::Heap* parked = brisk::heap_park();
+  ASSERT_NE(parked, nullptr);
+  EXPECT_GT(brisk::load_shared(parked->span_count), brisk::kParkedTakeInFreeMaxSpans);
+  std::thread worker([&] {
+    g_fake_now += brisk::kParkedTakeAfterMs;
+    brisk_free(mine.back());
+  });
+  worker.join();
+  EXPECT_EQ(brisk::heaps_taken_parked(), taken);
+  g_fake_now += static_cast<std::uint64_t>(brisk::options::get(brisk::options::Id::kIdleMs));
+  brisk::background_pass(FakeClock());
+  EXPECT_EQ(brisk::heaps_taken_parked(), taken + 1);
+  EXPECT_EQ(brisk::load_shared(parked->span_count), 0u);
+  brisk::heap_unpark(parked);
+  mine.pop_back();
+  for (void* p : mine) brisk_free(p);
+}
+
 // Unparking waits for a take under way: the thread's fast paths never run beside it.
 std::atomic<bool> g_in_take{false};
 std::atomic<bool> g_unparking{false};

@@ -167,9 +167,11 @@ BRISK_NOINLINE void free_slow(void* p) {
     send_chain(owner, b, b, s->block_size);  // no heap (exited thread, or out of memory for one): send it alone
     return;
   }
-  // The owner waits in pthread_join: what its heap holds is taken, and this block's span is an
-  // orphan that this thread adopts (heap_lifecycle.cc, "Parked heaps").
-  if (BRISK_UNLIKELY(heap_is_parked(owner)) && heap_take_parked(owner, platform::now_ms()))
+  // The owner waits in pthread_join: what its heap holds is taken (if small enough to take in a
+  // free), and this block's span is an orphan that this thread adopts (heap_lifecycle.cc,
+  // "Parked heaps").
+  if (BRISK_UNLIKELY(heap_is_parked(owner)) && load_shared(owner->span_count) <= kParkedTakeInFreeMaxSpans &&
+      heap_take_parked(owner, platform::now_ms()))
     owner = s->owner.load(std::memory_order_acquire);
   if (s->kind == SpanKind::kSmall && owner != &g_orphan_heap && foreign_cache_add(h, s, b)) return;
   free_claimed(h, s, b, owner);

@@ -57,6 +57,9 @@ class alignas(BRISK_CACHELINE) Heap {
   // at g_empty_span; the span stays the class's span, unlisted, and alloc_refill puts it back.
   Span* installed[kNumClasses];
   Span* all_spans = nullptr;    // every span this heap owns (for thread exit)
+  // Their number, written by the owner as a relaxed atomic (store_shared): a free that may take
+  // a parked heap reads it (heap_take_parked's bound on the work done in a free).
+  std::uint32_t span_count = 0;
   Chunk* chunks = nullptr;      // chunks this heap claims pages from
   OutgoingBatch outgoing[kRemoteSlots];
   // 1 while the owner's outgoing_add changes a batch (remote_free.cc): another thread takes an
@@ -344,6 +347,10 @@ inline constexpr std::uint8_t kHeapParkedTaken = 2;
 // How long a heap stays parked before it may be taken: a join that returns sooner costs its
 // heap nothing, and a thread that joins often loses its spans at most once per this time.
 inline constexpr std::uint64_t kParkedTakeAfterMs = 10;
+// The most spans a heap may own for a free (free_slow) to take it: a take runs in that free,
+// O(spans) at 0.15-0.2 us a span, so this bounds the stall of an unrelated thread's free to
+// about 0.2 ms. A bigger parked heap is taken by the background pass only.
+inline constexpr std::uint32_t kParkedTakeInFreeMaxSpans = 1024;
 // By the calling thread: parks its heap and returns it, or nullptr when it has none (a thread
 // that never allocated, or has exited, or is parked already). Until heap_unpark, the thread's
 // own allocations and frees (a signal handler's) go through the slow paths as an exited

@@ -114,6 +114,7 @@ void heap_reset(Heap* h) {
   for (unsigned c = 0; c < kNumClasses; ++c) set_current(h, c, &g_empty_span);
   for (auto& l : h->available) l = SpanList{};
   h->all_spans = nullptr;
+  store_shared(h->span_count, 0u);
   h->chunks = nullptr;
   for (auto& o : h->outgoing) {
     o.dest = nullptr;
@@ -174,6 +175,7 @@ void heap_detach(Heap* h) {
     }
   }
   h->all_spans = nullptr;
+  store_shared(h->span_count, 0u);
   for (Chunk* c = h->chunks; c != nullptr;) {
     Chunk* next = c->next;
     chunk_abandon(c);
@@ -239,7 +241,8 @@ void heap_retire(Heap* h) {
 // A heap is taken only after kParkedTakeAfterMs parked: a join that returns at once costs
 // nothing but the marks. A take costs about what its thread's exit would, in the free that
 // makes it: O(spans), about 0.15-0.2 us each (a review measured 0.5 ms for 200 MiB of 1 KiB
-// blocks). A thread that leaves pthread_join without returning (cancelled, or pthread_exit from
+// blocks), so a free takes a heap of at most kParkedTakeInFreeMaxSpans spans; a bigger one is
+// left to the background pass. A thread that leaves pthread_join without returning (cancelled, or pthread_exit from
 // a signal handler) still runs its key destructor, which unparks first; one that leaves by the
 // exit system call has its heap reaped (heap_reap_exited), which clears the mark under the
 // heap's lock, and heap_reset clears it for every heap given to a new thread.

@@ -147,12 +147,14 @@ void heap_link_span(Heap* h, Span* s) {
   s->all_next = h->all_spans;
   if (h->all_spans != nullptr) h->all_spans->all_prev = s;
   h->all_spans = s;
+  store_shared(h->span_count, h->span_count + 1);
 }
 
 void heap_unlink_span(Heap* h, Span* s) {
   if (s->all_prev != nullptr) s->all_prev->all_next = s->all_next; else h->all_spans = s->all_next;
   if (s->all_next != nullptr) s->all_next->all_prev = s->all_prev;
   s->all_prev = s->all_next = nullptr;
+  store_shared(h->span_count, h->span_count - 1);
   // Its pages may be another span's by the next flush: its tail stays as it is (resident, and
   // counted by its chunk's record like any released page).
   for (unsigned i = 0; i < h->pending_tail_count; ++i) {
