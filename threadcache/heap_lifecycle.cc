@@ -242,10 +242,11 @@ void heap_retire(Heap* h) {
 // nothing but the marks. A take costs about what its thread's exit would, in the free that
 // makes it: O(spans), about 0.15-0.2 us each (a review measured 0.5 ms for 200 MiB of 1 KiB
 // blocks), so a free takes a heap of at most kParkedTakeInFreeMaxSpans spans; a bigger one is
-// left to the background pass. A thread that leaves pthread_join without returning (cancelled, or pthread_exit from
-// a signal handler) still runs its key destructor, which unparks first; one that leaves by the
-// exit system call has its heap reaped (heap_reap_exited), which clears the mark under the
-// heap's lock, and heap_reset clears it for every heap given to a new thread.
+// left to the background pass. A thread that leaves pthread_join without returning
+// (cancelled, or pthread_exit from a signal handler) still runs its key destructor, which
+// unparks first; one that leaves by the exit system call has its heap reaped
+// (heap_reap_exited), which clears the mark under the heap's lock, and heap_reset clears it
+// for every heap given to a new thread.
 __thread Heap* t_parked __attribute__((tls_model("initial-exec"))) = nullptr;
 std::atomic<std::uint64_t> g_taken_parked{0};
 
