@@ -743,12 +743,12 @@ void realloc_done(void* p, bool moved) {
 
 namespace {
 
-// fork: every lock of the debug layer, in this order. The heap check's lock comes first: its
-// holder runs report callbacks, which may allocate and so take the others (or fork: then the
-// forking thread holds it, and it is left as it is, heap_check.cc). None of the others
-// is held while another is taken, nor while a lock of the thread cache or core is.
+// fork: every lock of the debug layer, in this order, after the C library's stdio list lock.
+// The heap check's lock has hooks of its own, taken before that (debug_switch.h): its holder
+// runs report callbacks, which may allocate and so take the others, take stdio's locks, or fork
+// (then the forking thread holds it, and it is left as it is, heap_check.cc). None of the
+// others is held while another is taken, nor while a lock of the thread cache or core is.
 void fork_prepare() {
-  check_lock_acquire();
   heaps_lock_all();
   g_quarantine.lock_all();
   report_sink_lock();
@@ -757,17 +757,17 @@ void fork_parent() {
   report_sink_unlock();
   g_quarantine.unlock_all();
   heaps_unlock_all();
-  check_lock_release();
 }
 void fork_child() {
   report_sink_reset_in_child();
   g_quarantine.reset_locks_in_child();
   heaps_reset_in_child();
-  check_lock_reset_in_child();
 }
 
 void install_hooks() {
-  g_debug_hooks = DebugHooks{hook_alloc, hook_free, fork_prepare, fork_parent, fork_child, leave_idle_quarantine};
+  g_debug_hooks = DebugHooks{hook_alloc,         hook_free,          fork_prepare,
+                             fork_parent,        fork_child,         check_lock_acquire,
+                             check_lock_release, check_lock_reset_in_child, leave_idle_quarantine};
 }
 
 // At load, before the program starts a thread: the fork handlers read the hooks without a lock,

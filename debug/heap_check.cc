@@ -63,6 +63,9 @@ class CheckScope {
 }  // namespace
 
 int check_heap() {
+  // From one of this check's own report callbacks: the lock is this thread's, and the batch
+  // being reported is the one a nested check would fill.
+  if (t_checking) return -1;
   // Snapshots are taken under the locks and reported after them, a batch at a time.
   CheckScope check_scope;
   int damaged = 0;

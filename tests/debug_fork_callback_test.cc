@@ -1,4 +1,4 @@
-// A report callback that forks while brisk_check_heap runs it. The check holds its lock while
+// A report callback that forks (or opens a file) while brisk_check_heap runs it. The check holds its lock while
 // it calls the callback, and fork's prepare handler takes that lock: it waited for the thread
 // that was forking, for ever. Now the handlers leave the lock to the check that holds it, in
 // the parent and in the child, where the same thread goes on with the check and releases it.
@@ -10,7 +10,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <thread>
 
 #include "debug/block.h"
@@ -51,10 +53,13 @@ int ForkDuringACheck() {
   return 0;
 }
 
-TEST(DebugForkCallback, ACallbackThatForksDuringAHeapCheckDoesNotDeadlock) {
+// Runs body() in a child process and expects it to exit 0 within 30 s (a deadlock in a fork
+// handler blocks every signal, so the child's own alarm could not end it).
+template <class Body>
+void ExpectExitsWell(Body body) {
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
-  if (pid == 0) _exit(ForkDuringACheck());
+  if (pid == 0) _exit(body());
   int status = 0;
   pid_t done = 0;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
@@ -68,5 +73,74 @@ TEST(DebugForkCallback, ACallbackThatForksDuringAHeapCheckDoesNotDeadlock) {
   ASSERT_TRUE(WIFEXITED(status)) << "died of signal " << WTERMSIG(status);
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }
+
+TEST(DebugForkCallback, ACallbackThatForksDuringAHeapCheckDoesNotDeadlock) { ExpectExitsWell(ForkDuringACheck); }
+
+// Another thread forks while a check's callback runs, and the callback then forks, or opens a
+// file (which takes the C library's stdio list lock): fork's prepare handler took that lock
+// before the check's, so the other thread's fork held it while it waited for the check, and the
+// callback waited for it (a review's probe; the file case was older than the callback's fork).
+std::atomic<bool> g_in_callback{false};
+int g_callback_does = 0;  // 0: fork, 1: fopen
+void SlowCallback(const char*, size_t, void*) {
+  if (g_in_callback.exchange(true)) return;  // the first report only
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the other thread is in fork now
+  if (g_callback_does == 0) {
+    const pid_t pid = fork();
+    if (pid == 0) _exit(0);
+    if (pid > 0) waitpid(pid, nullptr, 0);
+  } else if (FILE* f = fopen("/dev/null", "r")) {
+    fclose(f);
+  }
+}
+
+int CheckWhileAnotherThreadForks() {
+  brisk_debug_enter();
+  brisk::debug::set_keep_going(true);
+  brisk_debug_set_report_callback(SlowCallback, nullptr);
+  auto* p = static_cast<unsigned char*>(brisk_malloc(40));
+  p[40] = 0;
+  std::thread forker([] {
+    while (!g_in_callback.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const pid_t pid = fork();
+    if (pid == 0) _exit(0);
+    if (pid > 0) waitpid(pid, nullptr, 0);
+  });
+  const int damaged = brisk_check_heap();
+  forker.join();
+  p[40] = brisk::debug::kGuardByte;
+  brisk_free(p);
+  return damaged == 1 ? 0 : 2;
+}
+
+TEST(DebugForkCallback, AnotherThreadsForkDuringACallbackThatForksDoesNotDeadlock) {
+  g_callback_does = 0;
+  ExpectExitsWell(CheckWhileAnotherThreadForks);
+}
+
+TEST(DebugForkCallback, AnotherThreadsForkDuringACallbackThatOpensAFileDoesNotDeadlock) {
+  g_callback_does = 1;
+  ExpectExitsWell(CheckWhileAnotherThreadForks);
+}
+
+// A check from a report callback of a check under way on the same thread returns -1 (it waited
+// for its own lock before).
+int g_nested = 0;
+void CheckAgain(const char*, size_t, void*) { g_nested = brisk_check_heap(); }
+
+int NestedCheck() {
+  brisk_debug_enter();
+  brisk::debug::set_keep_going(true);
+  brisk_debug_set_report_callback(CheckAgain, nullptr);
+  auto* p = static_cast<unsigned char*>(brisk_malloc(40));
+  p[40] = 0;
+  alarm(20);
+  const int damaged = brisk_check_heap();
+  p[40] = brisk::debug::kGuardByte;
+  brisk_free(p);
+  return damaged == 1 && g_nested == -1 ? 0 : 2;
+}
+
+TEST(DebugForkCallback, ACheckFromACheckCallbackReturnsMinusOne) { ExpectExitsWell(NestedCheck); }
 
 }  // namespace

@@ -373,20 +373,21 @@ TEST_F(ParkedHeap, ATakeKeepsTheThreadsCounters) {
   EXPECT_EQ(parked->remote_frees_sent.load(), sent);
 }
 
-// A signal handler that forks while its thread waits in heap_unpark for a take: the child goes
-// on from the fork with a heap it can use. Unparking now holds signals off while it waits, and
-// fork's prepare handler waits for a take of the parked heap of the thread that forks; before,
-// the child went back into the wait for a lock that the taker, gone in the child, held: for
-// ever (a review's probe).
+// A signal handler that forks while its thread is parked and another thread's take of its heap
+// holds the heap's lock: fork's prepare handler takes that lock as the forking thread's own,
+// waiting for the take, so that the child, which goes on from the fork and unparks, finds it
+// free. Before, the child spun for ever on a lock held by the taker, gone in the child (a
+// review's probe). The signal is raised by the parked thread itself, at a known point; unpark
+// holds signals off, so none is handled inside it.
 std::atomic<bool> g_long_take{false};
 void HoldTheTakeLong(brisk::Heap*) {
   g_long_take.store(true);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
 }
 pid_t g_fork_child = -1;
 void ForkInHandler(int) { g_fork_child = fork(); }
 
-TEST_F(ParkedHeap, AForkFromASignalHandlerWhileUnparkingLeavesTheChildAHeap) {
+TEST_F(ParkedHeap, AForkFromASignalHandlerWhileParkedDuringATakeLeavesTheChildAHeap) {
   struct sigaction sa = {};
   struct sigaction old = {};
   sa.sa_handler = ForkInHandler;
@@ -395,21 +396,16 @@ TEST_F(ParkedHeap, AForkFromASignalHandlerWhileUnparkingLeavesTheChildAHeap) {
   const pid_t parent = getpid();
   std::vector<void*> mine = AllocateFilled(64, 0x41);
   brisk::g_take_parked_test_hook.store(HoldTheTakeLong);
-  const pthread_t self = pthread_self();
   brisk::Heap* parked = brisk::heap_park();
   ASSERT_NE(parked, nullptr);
   std::thread worker([&] {
     g_fake_now += brisk::kParkedTakeAfterMs;
     for (void* p : mine) brisk_free(p);
   });
-  std::thread signaler([&] {
-    brisk_test::WaitUntil([] { return g_long_take.load(); });
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the main thread waits in unpark
-    pthread_kill(self, SIGUSR2);
-  });
   brisk_test::WaitUntil([] { return g_long_take.load(); });
+  raise(SIGUSR2);  // handled here: the fork waits in prepare for the take to end
   brisk::heap_unpark(parked);
-  if (getpid() != parent) {  // the child, after the handler's fork
+  if (getpid() != parent) {  // the child
     void* p = brisk_malloc(kSize);
     if (p != nullptr) std::memset(p, 0x42, kSize);
     brisk_free(p);
@@ -417,9 +413,7 @@ TEST_F(ParkedHeap, AForkFromASignalHandlerWhileUnparkingLeavesTheChildAHeap) {
     // into the child's bookkeeping but not into the child, as leaked.
     syscall(SYS_exit_group, p != nullptr && brisk::t_heap == parked ? 0 : 3);
   }
-  signaler.join();
   worker.join();
-  brisk_test::WaitUntil([] { return g_fork_child != -1; });
   sigaction(SIGUSR2, &old, nullptr);
   ASSERT_GT(g_fork_child, 0);
   int status = 0;

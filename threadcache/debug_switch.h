@@ -44,6 +44,13 @@ struct DebugHooks {
   void (*fork_prepare)();
   void (*fork_parent)();
   void (*fork_child)();
+  // The heap check's lock, apart: taken first of all the fork handlers' locks, before the C
+  // library's stdio list lock, and released last. Its holder runs report callbacks, which may
+  // take stdio's locks (fopen, fflush) or fork themselves; no holder of a stdio lock or of any
+  // other lock waits for it.
+  void (*fork_check_lock)();
+  void (*fork_check_unlock)();
+  void (*fork_check_reset)();
   // The background pass's (background.cc): the quarantined blocks of threads that stopped
   // freeing (no push to their shard between two passes at least idle_ms apart) leave, so that
   // the spans they lie in can go back.

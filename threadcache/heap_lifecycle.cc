@@ -99,6 +99,9 @@ Heap* heap_acquire(std::uint64_t thread_id, std::uint32_t pid = 0) {
   // pthread_join resets the heap (heap_reset), not them.
   h->remote_frees_sent.store(0, std::memory_order_relaxed);
   h->remote_frees_received.store(0, std::memory_order_relaxed);
+  // Running: a heap whose thread left while parked without unparking (heap_reap_exited clears
+  // the mark too) must not be taken under its next thread.
+  h->parked.store(kHeapRunning, std::memory_order_relaxed);
   if (thread_id != 0) g_attached_since_reap.fetch_add(1, std::memory_order_relaxed);
   return h;
 }
@@ -145,9 +148,6 @@ void heap_reset(Heap* h) {
   for (Block* f : h->foreign) BRISK_ASSERT(f == nullptr);
   for (bool& wanted : h->foreign_wanted) wanted = false;
   h->pool_next = nullptr;
-  // Running: a heap whose thread left while parked without unparking (heap_reap_exited clears
-  // the mark too) must not be taken under its next thread.
-  h->parked.store(kHeapRunning, std::memory_order_relaxed);
   h->incoming.reopen();
   h->serving = true;
 }
@@ -245,7 +245,7 @@ void heap_retire(Heap* h) {
 // left to the background pass. A thread that leaves pthread_join without returning
 // (cancelled, or pthread_exit from a signal handler) still runs its key destructor, which
 // unparks first; one that leaves by the exit system call has its heap reaped
-// (heap_reap_exited), which clears the mark under the heap's lock, and heap_reset clears it
+// (heap_reap_exited), which clears the mark under the heap's lock, and heap_acquire clears it
 // for every heap given to a new thread.
 __thread Heap* t_parked __attribute__((tls_model("initial-exec"))) = nullptr;
 std::atomic<std::uint64_t> g_taken_parked{0};
@@ -256,7 +256,9 @@ std::atomic<void (*)(Heap* h)> g_take_parked_test_hook{nullptr};
 
 Heap* heap_park() {
   Heap* h = t_heap;
-  if (!heap_is_attached(h) || t_parked != nullptr) return nullptr;
+  // Not from a signal handler that interrupted one of this thread's slow paths (its unpark
+  // would wait for the lock the thread holds).
+  if (!heap_is_attached(h) || t_parked != nullptr || h->slow_depth != 0) return nullptr;
   t_parked = h;
   t_heap = &g_exited_heap;
   h->parked_at_ms.store(platform::now_ms(), std::memory_order_relaxed);
@@ -285,8 +287,10 @@ bool heap_take_parked(Heap* o, std::uint64_t now, std::uint64_t after_ms) {
       now < o->parked_at_ms.load(std::memory_order_relaxed) + after_ms)
     return false;
   if (!o->slow_lock.try_lock()) return false;
-  // Under the lock: unparking clears the mark before it waits for the lock.
-  if (o->parked.load(std::memory_order_acquire) != kHeapParked || !o->serving) {
+  // Under the lock: unparking clears the mark before it waits for the lock. The time again: the
+  // mark read above may have been of an earlier park.
+  if (o->parked.load(std::memory_order_acquire) != kHeapParked || !o->serving ||
+      now < o->parked_at_ms.load(std::memory_order_relaxed) + after_ms) {
     o->slow_lock.unlock();
     return false;
   }
@@ -298,7 +302,9 @@ bool heap_take_parked(Heap* o, std::uint64_t now, std::uint64_t after_ms) {
   if (o->idle_purged) heap_rebuild_idle_purged(o);
   heap_detach(o);
   heap_reset(o);
-  o->parked.store(kHeapParkedTaken, std::memory_order_relaxed);
+  // Unless its thread, back from its join, has cleared the mark meanwhile (it waits for the lock).
+  std::uint8_t parked = kHeapParked;
+  o->parked.compare_exchange_strong(parked, kHeapParkedTaken, std::memory_order_relaxed);
   if (auto hook = g_take_parked_test_hook.load(std::memory_order_relaxed); BRISK_UNLIKELY(hook != nullptr)) hook(o);
   o->slow_depth = 0;
   o->slow_lock.unlock();
@@ -349,6 +355,7 @@ void on_thread_exit(void* value) {
 struct ForkState {
   bool locked;        // prepare took brisk's locks
   bool stdio_locked;  // ... and before them the stdio list lock
+  bool check_locked;  // ... and before that the debug layer's heap-check lock
   Heap* own;          // the forking thread's heap, whose slow lock prepare took
   Heap* own_debug;    // ... and its debug heap, if it has one, whose slow lock prepare took too
   sigset_t saved_mask;
@@ -360,6 +367,11 @@ void atfork_prepare() {
   platform::block_signals(&f.saved_mask);
   f.locked = !platform::single_threaded();
   if (!f.locked) return;
+  // The heap check's lock before the stdio list lock: a report callback, run under it, may take
+  // that lock (fopen, fflush) or fork; had prepare taken stdio's first, another thread's fork
+  // and such a callback waited for each other (a review's probe).
+  f.check_locked = g_debug_hooks.fork_check_lock != nullptr;
+  if (f.check_locked) g_debug_hooks.fork_check_lock();
   f.stdio_locked = platform::stdio_list_lock();
   // The debug layer's locks before the thread cache's: debug/ takes none of its own while it
   // holds a lower one, and a report callback run under its heap-check lock may allocate.
@@ -398,8 +410,9 @@ void atfork_parent() {
     g_pool_lock.unlock();
     if (g_debug_hooks.fork_parent != nullptr) g_debug_hooks.fork_parent();
     if (f.stdio_locked) platform::stdio_list_unlock();
+    if (f.check_locked) g_debug_hooks.fork_check_unlock();
   }
-  f.locked = f.stdio_locked = false;
+  f.locked = f.stdio_locked = f.check_locked = false;
   platform::restore_signals(&f.saved_mask);
 }
 void atfork_child() {
@@ -421,8 +434,9 @@ void atfork_child() {
     g_pool_lock.reset_after_fork();
     if (g_debug_hooks.fork_child != nullptr) g_debug_hooks.fork_child();
     if (f.stdio_locked) platform::stdio_list_reset_in_child();
+    if (f.check_locked) g_debug_hooks.fork_check_reset();
   }
-  f.locked = f.stdio_locked = false;
+  f.locked = f.stdio_locked = f.check_locked = false;
   // A switch of strategy, or a lever resolution racing one, may have been cut short by the
   // fork: the child re-resolves every lever (core/options.cc's get_slow).
   options::drop_kept_values();

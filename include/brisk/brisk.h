@@ -181,7 +181,8 @@ void brisk_debug_enter(void);
 void brisk_debug_exit(void);
 int brisk_debug_active(void);
 /* Checks every live and quarantined debug block; reports each damaged one and returns their
- * number. */
+ * number. Called from a report callback of a check under way on the same thread, it checks
+ * nothing and returns -1. */
 int brisk_check_heap(void);
 /* Sends each report to callback(text, length, context) instead of BRISK_DEBUG_LOG or stderr;
  * NULL restores those. A report already under way on another thread may still call the
