@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "debug/block.h"
+#include "tests/test_util.h"
 
 namespace {
 
@@ -61,15 +62,7 @@ void ExpectExitsWell(Body body) {
   ASSERT_GE(pid, 0);
   if (pid == 0) _exit(body());
   int status = 0;
-  pid_t done = 0;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while ((done = waitpid(pid, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  if (done == 0) {
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
-    FAIL() << "the process deadlocked in the forking callback";
-  }
+  ASSERT_TRUE(brisk_test::WaitForChild(pid, 30, &status)) << "the process deadlocked in the forking callback";
   ASSERT_TRUE(WIFEXITED(status)) << "died of signal " << WTERMSIG(status);
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }

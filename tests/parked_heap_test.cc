@@ -49,6 +49,15 @@ const brisk::Span* SpanOf(const void* p) {
 }
 
 constexpr std::size_t kSize = 200;
+
+// A thread that frees the blocks once their heap has been parked for the take time: its first
+// free may take the heap.
+std::thread FreeOnceTakeable(const std::vector<void*>& blocks) {
+  return std::thread([&blocks] {
+    g_fake_now += brisk::kParkedTakeAfterMs;
+    for (void* p : blocks) brisk_free(p);
+  });
+}
 constexpr int kCount = 4096;
 
 std::vector<void*> AllocateFilled(int count, unsigned char fill) {
@@ -209,10 +218,7 @@ TEST_F(ParkedHeap, UnparkingWaitsForATakeUnderWay) {
   brisk::g_take_parked_test_hook.store(HoldTheTake);
   brisk::Heap* parked = brisk::heap_park();
   ASSERT_NE(parked, nullptr);
-  std::thread worker([&] {
-    g_fake_now += brisk::kParkedTakeAfterMs;
-    for (void* p : mine) brisk_free(p);
-  });
+  std::thread worker = FreeOnceTakeable(mine);
   brisk_test::WaitUntil([] { return g_in_take.load(); });
   g_unparking.store(true);
   brisk::heap_unpark(parked);
@@ -363,10 +369,7 @@ TEST_F(ParkedHeap, ATakeKeepsTheThreadsCounters) {
   EXPECT_GE(sent, 200u);
   const std::uint64_t taken = brisk::heaps_taken_parked();
   brisk::Heap* parked = brisk::heap_park();
-  std::thread worker([&] {
-    g_fake_now += brisk::kParkedTakeAfterMs;
-    for (void* p : mine) brisk_free(p);
-  });
+  std::thread worker = FreeOnceTakeable(mine);
   worker.join();
   brisk::heap_unpark(parked);
   EXPECT_EQ(brisk::heaps_taken_parked(), taken + 1);
@@ -398,10 +401,7 @@ TEST_F(ParkedHeap, AForkFromASignalHandlerWhileParkedDuringATakeLeavesTheChildAH
   brisk::g_take_parked_test_hook.store(HoldTheTakeLong);
   brisk::Heap* parked = brisk::heap_park();
   ASSERT_NE(parked, nullptr);
-  std::thread worker([&] {
-    g_fake_now += brisk::kParkedTakeAfterMs;
-    for (void* p : mine) brisk_free(p);
-  });
+  std::thread worker = FreeOnceTakeable(mine);
   brisk_test::WaitUntil([] { return g_long_take.load(); });
   raise(SIGUSR2);  // handled here: the fork waits in prepare for the take to end
   brisk::heap_unpark(parked);
@@ -417,15 +417,7 @@ TEST_F(ParkedHeap, AForkFromASignalHandlerWhileParkedDuringATakeLeavesTheChildAH
   sigaction(SIGUSR2, &old, nullptr);
   ASSERT_GT(g_fork_child, 0);
   int status = 0;
-  pid_t done = 0;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while ((done = waitpid(g_fork_child, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  if (done == 0) {
-    kill(g_fork_child, SIGKILL);
-    waitpid(g_fork_child, &status, 0);
-    FAIL() << "the child hung";
-  }
+  ASSERT_TRUE(brisk_test::WaitForChild(g_fork_child, 10, &status)) << "the child hung";
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }

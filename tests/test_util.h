@@ -5,6 +5,7 @@
 
 #include <brisk/brisk.h>
 
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/utsname.h>
@@ -39,6 +40,19 @@ bool WaitUntilEachCounted(const Counters& counters, int seconds = 20) {
         return true;
       },
       seconds);
+}
+
+// Waits up to `seconds` for the child process pid to end, polling every 10 ms; kills it
+// (SIGKILL: a deadlock in a fork handler blocks every other signal) if it has not. True if it
+// ended by itself; *status: its wait status either way.
+inline bool WaitForChild(pid_t pid, int seconds, int* status) {
+  pid_t done = 0;
+  WaitUntil([&] { return done != 0 || (done = waitpid(pid, status, WNOHANG)) != 0; }, seconds);
+  if (done == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, status, 0);
+  }
+  return done == pid;
 }
 
 // This process's address space now (VmSize of /proc/self/status), or 0.
