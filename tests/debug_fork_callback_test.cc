@@ -20,6 +20,17 @@
 
 namespace {
 
+// Debug mode on, reports to callback (and the process goes on after them), and one debug
+// block of 40 bytes whose canary is overwritten: each heap check reports it once.
+unsigned char* DamagedBlockReportedTo(void (*callback)(const char*, size_t, void*)) {
+  brisk_debug_enter();
+  brisk::debug::set_keep_going(true);
+  brisk_debug_set_report_callback(callback, nullptr);
+  auto* p = static_cast<unsigned char*>(brisk_malloc(40));
+  p[40] = 0;  // the canary
+  return p;
+}
+
 pid_t g_forked = -1;  // the callback's fork: -1 before it, 0 in the child, the child's pid after
 
 void ForkOnFirstReport(const char*, size_t, void*) {
@@ -33,11 +44,7 @@ void ForkOnFirstReport(const char*, size_t, void*) {
 int ForkDuringACheck() {
   // A second thread: fork's handlers take brisk's locks only in a multithreaded process.
   std::thread([] { pause(); }).detach();
-  brisk_debug_enter();
-  brisk::debug::set_keep_going(true);
-  brisk_debug_set_report_callback(ForkOnFirstReport, nullptr);
-  auto* p = static_cast<unsigned char*>(brisk_malloc(40));
-  p[40] = 0;  // the canary
+  unsigned char* p = DamagedBlockReportedTo(ForkOnFirstReport);
   if (brisk_check_heap() != 1) return 2;
   if (g_forked == 0) {
     alarm(20);
@@ -88,11 +95,7 @@ void SlowCallback(const char*, size_t, void*) {
 }
 
 int CheckWhileAnotherThreadForks() {
-  brisk_debug_enter();
-  brisk::debug::set_keep_going(true);
-  brisk_debug_set_report_callback(SlowCallback, nullptr);
-  auto* p = static_cast<unsigned char*>(brisk_malloc(40));
-  p[40] = 0;
+  unsigned char* p = DamagedBlockReportedTo(SlowCallback);
   std::thread forker([] {
     while (!g_in_callback.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     const pid_t pid = fork();
@@ -122,11 +125,7 @@ int g_nested = 0;
 void CheckAgain(const char*, size_t, void*) { g_nested = brisk_check_heap(); }
 
 int NestedCheck() {
-  brisk_debug_enter();
-  brisk::debug::set_keep_going(true);
-  brisk_debug_set_report_callback(CheckAgain, nullptr);
-  auto* p = static_cast<unsigned char*>(brisk_malloc(40));
-  p[40] = 0;
+  unsigned char* p = DamagedBlockReportedTo(CheckAgain);
   alarm(20);
   const int damaged = brisk_check_heap();
   p[40] = brisk::debug::kGuardByte;
