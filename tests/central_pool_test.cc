@@ -133,6 +133,63 @@ TEST(CentralPool, AnAdoptedMultiPageSpanThatEmptiesStaysWithinTheRetainedLimits)
   brisk_thread_collect();
 }
 
+// BRISK_SPAN_KEEP (low-memory's 1, speed's 0: no limit): a thread keeps at most that many spans
+// with free blocks per class besides its current one. Past it, a span of its that gets a block
+// back goes to the central pool as an orphan, where another thread's refill takes it, and a
+// free into an orphan span does not adopt it.
+TEST(CentralPool, PastItsSpanKeepAThreadGivesASpanWithRoomToTheCentralPool) {
+  constexpr std::size_t kSize = 1800;  // a class no other test here uses
+  const unsigned c = size_to_class(kSize);
+  const unsigned cap = kClasses[c].capacity;
+  const std::uint64_t orphans_before = brisk_test::Stats().spans_orphaned;
+  for (const bool low : {false, true}) {
+    SCOPED_TRACE(low ? "low-memory" : "speed");
+    std::vector<void*> blocks;
+    Span* second = nullptr;
+    std::atomic<int> phase{0};
+    std::thread owner([&] {
+      brisk_set_strategy(low ? BRISK_STRATEGY_LOW_MEMORY : BRISK_STRATEGY_SPEED);
+      for (unsigned i = 0; i < 3 * cap; ++i) blocks.push_back(brisk_malloc(kSize));  // three full spans
+      Heap* h = t_heap;
+      ASSERT_EQ(h->span_keep, low ? 1u : 0u) << "the refills read the strategy's lever";
+      Span* first = span_of(blocks[0]);
+      second = span_of(blocks[cap]);
+      ASSERT_NE(first, second);
+      ASSERT_EQ(span_of(blocks[cap - 1]), first);
+      ASSERT_EQ(span_of(blocks[2 * cap - 1]), second);
+      brisk_free(blocks[0]);  // first has room again: kept, the class's first such span
+      EXPECT_EQ(first->owner.load(), h);
+      brisk_free(blocks[cap]);  // second has room again: one past low-memory's keep
+      EXPECT_EQ(second->owner.load(), low ? &g_orphan_heap : h);
+      brisk_free(blocks[cap + 1]);  // a free into the orphan: not adopted back past the keep
+      EXPECT_EQ(second->owner.load(), low ? &g_orphan_heap : h);
+      brisk_thread_collect();  // that block's batch goes to the orphan queue, and is put back
+      phase.store(1);
+      while (phase.load() != 2) std::this_thread::yield();
+      for (unsigned i = 0; i < 3 * cap; ++i)
+        if (i != 0 && i != cap && i != cap + 1) brisk_free(blocks[i]);
+      brisk_thread_collect();
+    });
+    while (phase.load() != 1) std::this_thread::yield();
+    std::thread taker([&] {
+      void* p = brisk_malloc(kSize);  // the first refill of the class takes a span of the pool
+      if (low) {
+        EXPECT_EQ(span_of(p), second) << "the orphan's room was not reused";
+        EXPECT_EQ(second->owner.load(), t_heap);
+      } else {
+        EXPECT_NE(span_of(p), second);
+      }
+      brisk_free(p);
+    });
+    taker.join();
+    phase.store(2);
+    owner.join();
+  }
+  brisk_set_strategy(BRISK_STRATEGY_BALANCED);
+  brisk_thread_collect();  // the orphan queue: the owner's last frees into spans the taker left
+  EXPECT_EQ(brisk_test::Stats().spans_orphaned, orphans_before) << "a span of the test's stayed an orphan";
+}
+
 TEST(CentralPool, FreesRacingWithOwnerExitAreNeitherLostNorDoubled) {
   // Consumers free blocks while their producers exit: every block must come back exactly once,
   // which the heaps' stats show as all spans empty in the end.

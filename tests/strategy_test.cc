@@ -216,7 +216,7 @@ TEST(Strategy, TheReadmeLeversTableMatchesTheCode) {
       {"BRISK_PURGE_SPAN_TAILS", Id::kPurgeSpanTails},  {"BRISK_MEDIUM_MAX", Id::kMediumMax},
       {"BRISK_MEDIUM_CACHE_BYTES", Id::kMediumCacheBytes}, {"BRISK_FOREIGN_CACHE_BYTES", Id::kForeignCacheBytes},
       {"BRISK_FOREIGN_CACHE_ALWAYS", Id::kForeignCacheAlways}, {"BRISK_LARGE_STASH_BYTES", Id::kLargeStashBytes},
-      {"BRISK_POPULATE", Id::kPopulate},
+      {"BRISK_POPULATE", Id::kPopulate},            {"BRISK_SPAN_KEEP", Id::kSpanKeep},
   };
   std::string line;
   bool in_section = false;

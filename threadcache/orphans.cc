@@ -21,8 +21,13 @@ void orphan_span(Span* s) {
 // A thread freeing into a span whose owner exited takes the span over (one lock round-trip)
 // instead of sending each block through the orphan queue (one lock round-trip per block): the
 // Larson pattern, where a thread inherits its predecessor's blocks, then frees locally.
+// Not past BRISK_SPAN_KEEP: a heap that holds its limit of spans with room in the class leaves
+// the span to the central pool, where it serves the next thread short of the class (h's slow
+// lock, then the pool's: the order heap_detach takes them in).
 bool adopt_orphan_span(Heap* h, Span* s) {
   CentralPool& pool = g_central[central_index(s)];
+  HeapSlowLock lock(h);
+  if (heap_keeps_enough(h, s)) return false;
   {
     LockGuard g(pool.lock);
     if (s->owner.load(std::memory_order_relaxed) != &g_orphan_heap) return false;
@@ -30,7 +35,6 @@ bool adopt_orphan_span(Heap* h, Span* s) {
     s->owner.store(h, std::memory_order_release);
     stats::add(&stats::Stripe::spans_orphaned, -1);
   }
-  HeapSlowLock lock(h);
   heap_link_span(h, s);
   if (s->kind == SpanKind::kSmall && s->has_room()) h->available[s->size_class].push(s);
   return true;
