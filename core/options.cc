@@ -166,14 +166,14 @@ constexpr Option kTable[] = {
     // at 1.07x its peak. Balanced with 4 (a draft, against 1): churn 0.945, larson-classic 0.966
     // [0.957, 0.980], alloc-test 0.966, but sh6bench at 1.08x its peak and larson 1.07x.
     {Id::kPopulate, "BRISK_POPULATE", {4, 1, 1}, 0, 16},
-    // How many spans with free blocks a thread keeps per class besides the one it allocates from
-    // (threadcache/span_pages.cc's free_local_refilled); 0 keeps every one. Past it, a span of
-    // the thread's that gets a free block back goes to the central pool as an orphan, where the
-    // next thread to refill the class takes it, and a thread freeing into an orphan span adopts
-    // it only below the limit (otherwise the block goes home through the orphan queue). Free room
-    // then serves whichever thread needs the class, not only the thread that happens to own the
-    // span: low-memory's trade, one central pool lock round-trip for each block freed into
-    // such a span.
+    // How many spans with free blocks a thread keeps per class besides the one it allocates from;
+    // 0 keeps every one. Past it, a full span of the thread's that other threads' frees give room
+    // to goes to the central pool as an orphan when the thread drains its queue
+    // (threadcache/remote_free.cc's shed_refilled), where the next thread to refill the class
+    // takes it, and a thread freeing into an orphan span adopts it only below the limit
+    // (otherwise the block goes home through the orphan queue, one central pool lock each).
+    // Room that the thread's own frees make stays its own. Free room then serves whichever
+    // thread runs short of the class, not only the thread that happens to own the span.
     {Id::kSpanKeep, "BRISK_SPAN_KEEP", {0, 4, 1}, 0, 1 << 20},
 };
 constexpr unsigned kOptionCount = static_cast<unsigned>(Id::kCount);

@@ -130,7 +130,12 @@ void* realloc_impl(void* p, std::size_t size) {
       void* q = alloc_small(h, size_to_class(size), size);
       if (q == nullptr) return nullptr;  // errno is set; p is intact
       std::memcpy(q, p, usable < size ? usable : size);
-      free_to_own_span(h, own, static_cast<Block*>(p), code);
+      // alloc_small's refill drains h's queue, which may have given `own` to the central pool
+      // (remote_free.cc's span keep): p is then freed as another thread's block.
+      if (BRISK_LIKELY(own->owner.load(std::memory_order_relaxed) == h))
+        free_to_own_span(h, own, static_cast<Block*>(p), code);
+      else
+        free_slow(p);
       return q;
     }
   }

@@ -5,6 +5,9 @@
 
 #include <atomic>
 #include <cstring>
+#include <mutex>
+#include <functional>
+#include <condition_variable>
 #include <thread>
 #include <vector>
 
@@ -133,61 +136,193 @@ TEST(CentralPool, AnAdoptedMultiPageSpanThatEmptiesStaysWithinTheRetainedLimits)
   brisk_thread_collect();
 }
 
-// BRISK_SPAN_KEEP (low-memory's 1, speed's 0: no limit): a thread keeps at most that many spans
-// with free blocks per class besides its current one. Past it, a span of its that gets a block
-// back goes to the central pool as an orphan, where another thread's refill takes it, and a
-// free into an orphan span does not adopt it.
-TEST(CentralPool, PastItsSpanKeepAThreadGivesASpanWithRoomToTheCentralPool) {
+// Runs each closure given to Run on a thread of its own, to its end before Run returns.
+class Worker {
+ public:
+  Worker() : thread_([this] { Loop(); }) {}
+  ~Worker() {
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void Run(std::function<void()> fn) {
+    std::unique_lock<std::mutex> lock(m_);
+    job_ = std::move(fn);
+    const std::uint64_t ticket = ++posted_;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return done_ == ticket; });
+  }
+
+ private:
+  void Loop() {
+    std::unique_lock<std::mutex> lock(m_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || done_ != posted_; });
+      if (done_ == posted_) return;  // stop_, nothing left to run
+      std::function<void()> fn = std::move(job_);
+      lock.unlock();
+      fn();
+      lock.lock();
+      ++done_;
+      cv_.notify_all();
+    }
+  }
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::function<void()> job_;
+  std::uint64_t posted_ = 0, done_ = 0;
+  bool stop_ = false;
+  std::thread thread_;  // last: it starts once the rest is set up
+};
+
+// BRISK_SPAN_KEEP (low-memory's 1, speed's 0: no limit): of the spans other threads' frees gave
+// room to, a thread keeps at most that many per class besides its current one; its drain gives
+// the rest to the central pool, where another thread's refill takes them, and a free into such
+// an orphan does not adopt it past the keep. Room made by the thread's own frees stays its own.
+TEST(CentralPool, PastItsSpanKeepRoomOtherThreadsFreedGoesToTheCentralPool) {
   constexpr std::size_t kSize = 1800;  // a class no other test here uses
   const unsigned c = size_to_class(kSize);
   const unsigned cap = kClasses[c].capacity;
   const std::uint64_t orphans_before = brisk_test::Stats().spans_orphaned;
   for (const bool low : {false, true}) {
     SCOPED_TRACE(low ? "low-memory" : "speed");
+    brisk_set_strategy(low ? BRISK_STRATEGY_LOW_MEMORY : BRISK_STRATEGY_SPEED);
     std::vector<void*> blocks;
-    Span* second = nullptr;
-    std::atomic<int> phase{0};
-    std::thread owner([&] {
-      brisk_set_strategy(low ? BRISK_STRATEGY_LOW_MEMORY : BRISK_STRATEGY_SPEED);
-      for (unsigned i = 0; i < 3 * cap; ++i) blocks.push_back(brisk_malloc(kSize));  // three full spans
-      Heap* h = t_heap;
-      ASSERT_EQ(h->span_keep, low ? 1u : 0u) << "the refills read the strategy's lever";
-      Span* first = span_of(blocks[0]);
-      second = span_of(blocks[cap]);
-      ASSERT_NE(first, second);
-      ASSERT_EQ(span_of(blocks[cap - 1]), first);
-      ASSERT_EQ(span_of(blocks[2 * cap - 1]), second);
-      brisk_free(blocks[0]);  // first has room again: kept, the class's first such span
-      EXPECT_EQ(first->owner.load(), h);
-      brisk_free(blocks[cap]);  // second has room again: one past low-memory's keep
-      EXPECT_EQ(second->owner.load(), low ? &g_orphan_heap : h);
-      brisk_free(blocks[cap + 1]);  // a free into the orphan: not adopted back past the keep
-      EXPECT_EQ(second->owner.load(), low ? &g_orphan_heap : h);
-      brisk_thread_collect();  // that block's batch goes to the orphan queue, and is put back
-      phase.store(1);
-      while (phase.load() != 2) std::this_thread::yield();
-      for (unsigned i = 0; i < 3 * cap; ++i)
-        if (i != 0 && i != cap && i != cap + 1) brisk_free(blocks[i]);
+    Heap* h = nullptr;
+    std::uint32_t keep = 0;
+    Worker owner, freer;
+    owner.Run([&] {
+      for (unsigned i = 0; i < 4 * cap; ++i) blocks.push_back(brisk_malloc(kSize));  // four full spans
+      h = t_heap;
+      keep = h->span_keep;
+    });
+    ASSERT_EQ(keep, low ? 1u : 0u) << "the refills read the strategy's lever";
+    Span* spans[4];
+    for (unsigned k = 0; k < 4; ++k) {
+      spans[k] = span_of(blocks[k * cap]);
+      ASSERT_EQ(span_of(blocks[k * cap + cap - 1]), spans[k]);
+      ASSERT_TRUE(k == 0 || spans[k] != spans[k - 1]);
+    }
+    freer.Run([&] {  // room in spans 0 and 1, sent to the owner
+      brisk_free(blocks[0]);
+      brisk_free(blocks[cap]);
+      brisk_free(blocks[cap + 1]);
       brisk_thread_collect();
     });
-    while (phase.load() != 1) std::this_thread::yield();
-    std::thread taker([&] {
-      void* p = brisk_malloc(kSize);  // the first refill of the class takes a span of the pool
-      if (low) {
-        EXPECT_EQ(span_of(p), second) << "the orphan's room was not reused";
-        EXPECT_EQ(second->owner.load(), t_heap);
-      } else {
-        EXPECT_NE(span_of(p), second);
-      }
-      brisk_free(p);
+    owner.Run([&] {
+      brisk_free(blocks[2 * cap]);  // room in span 2 by the owner's own free
+      brisk_thread_collect();       // drains the freer's blocks
     });
-    taker.join();
-    phase.store(2);
-    owner.join();
+    EXPECT_EQ(spans[0]->owner.load(), low ? &g_orphan_heap : h);
+    EXPECT_EQ(spans[1]->owner.load(), low ? &g_orphan_heap : h);
+    EXPECT_EQ(spans[2]->owner.load(), h) << "room made by the owner's own free stays its own";
+    EXPECT_EQ(spans[3]->owner.load(), h);
+    owner.Run([&] { brisk_free(blocks[cap + 2]); });  // into span 1, with span 2 kept: no adoption
+    EXPECT_EQ(spans[1]->owner.load(), low ? &g_orphan_heap : h);
+    if (low) {
+      Worker taker;
+      taker.Run([&] {
+        void* p = brisk_malloc(kSize);  // its first refill of the class takes a span of the pool
+        Span* s = span_of(p);
+        EXPECT_TRUE(s == spans[0] || s == spans[1]) << "the orphans' room was not reused";
+        EXPECT_EQ(s->owner.load(), t_heap);
+        brisk_free(p);
+      });
+    }
+    owner.Run([&] {
+      for (unsigned i = 0; i < 4 * cap; ++i)
+        if (i != 0 && i != cap && i != cap + 1 && i != cap + 2 && i != 2 * cap) brisk_free(blocks[i]);
+      brisk_thread_collect();
+    });
   }
   brisk_set_strategy(BRISK_STRATEGY_BALANCED);
-  brisk_thread_collect();  // the orphan queue: the owner's last frees into spans the taker left
+  brisk_thread_collect();  // the orphan queue: blocks freed into spans whose owners exited
   EXPECT_EQ(brisk_test::Stats().spans_orphaned, orphans_before) << "a span of the test's stayed an orphan";
+}
+
+// realloc's fast path holds the old block's span across the new block's allocation, whose
+// refill drains the thread's queue: the span keep may give that span to the central pool there
+// (low-memory's keep of 1: another span of the class with room is kept already), and the old
+// block must then be freed as another thread's block, not into a span the heap no longer owns.
+TEST(CentralPool, ReallocWhoseRefillGivesTheOldBlocksSpanAway) {
+  constexpr std::size_t kSize = 1700;  // a class no other test here uses; 3000 is the new block's
+  const unsigned c = size_to_class(kSize);
+  const unsigned cap = kClasses[c].capacity;
+  ASSERT_NE(size_to_class(1800), c);
+  const std::uint64_t orphans_before = brisk_test::Stats().spans_orphaned;
+  brisk_set_strategy(BRISK_STRATEGY_LOW_MEMORY);
+  std::vector<void*> blocks;
+  Worker owner, freer;
+  owner.Run([&] {
+    for (unsigned i = 0; i < 3 * cap; ++i) blocks.push_back(brisk_malloc(kSize));  // three full spans
+    brisk_free(blocks[0]);  // span 0 has room: the class's kept span
+  });
+  Span* old = span_of(blocks[cap]);
+  freer.Run([&] {  // every block of span 1 but blocks[cap], sent to the owner
+    for (unsigned i = cap + 1; i < 2 * cap; ++i) brisk_free(blocks[i]);
+    brisk_thread_collect();
+  });
+  owner.Run([&] {
+    Heap* h = t_heap;
+    void* q = brisk_realloc(blocks[cap], 3000);  // the new class's refill drains the queue
+    ASSERT_NE(q, nullptr);
+    EXPECT_EQ(old->owner.load(), &g_orphan_heap) << "the drain kept span 1";
+    EXPECT_EQ(h->available[c].count, 1u) << "the heap's list of the class lost its kept span";
+    EXPECT_EQ(h->available[c].head, span_of(blocks[0]));
+    brisk_free(q);
+    for (unsigned i = 1; i < cap; ++i) brisk_free(blocks[i]);
+    for (unsigned i = 2 * cap; i < 3 * cap; ++i) brisk_free(blocks[i]);
+    brisk_thread_collect();
+  });
+  brisk_set_strategy(BRISK_STRATEGY_BALANCED);
+  brisk_thread_collect();
+  EXPECT_EQ(brisk_test::Stats().spans_orphaned, orphans_before) << "a span of the test's stayed an orphan";
+}
+
+// A block another thread sent to a heap before the heap gave the block's span to the central
+// pool reaches the heap's queue afterwards: it must follow the span there, whether the owner
+// drains it (brisk_thread_collect: the orphan queue before and after its own) or waits for good
+// and brisk_trim takes its queue. The span, whose last block it was, then goes back.
+TEST(CentralPool, ABlockSentBeforeItsSpanWentToTheCentralPoolFollowsIt) {
+  constexpr std::size_t kSize = 1500;  // a class no other test here uses
+  const unsigned c = size_to_class(kSize);
+  const unsigned cap = kClasses[c].capacity;
+  ASSERT_NE(size_to_class(1700), c);
+  for (const bool trim : {false, true}) {
+    SCOPED_TRACE(trim ? "brisk_trim" : "the owner's collect");
+    const std::uint64_t orphans_before = brisk_test::Stats().spans_orphaned;
+    brisk_set_strategy(BRISK_STRATEGY_LOW_MEMORY);
+    std::vector<void*> blocks;
+    Worker owner, late, freer;
+    owner.Run([&] {
+      for (unsigned i = 0; i < 3 * cap; ++i) blocks.push_back(brisk_malloc(kSize));  // three full spans
+      brisk_free(blocks[0]);  // span 0 has room: the class's kept span
+    });
+    Span* s = span_of(blocks[cap]);
+    late.Run([&] { brisk_free(blocks[cap]); });  // owned by the owner: waits in late's batch to it
+    freer.Run([&] {  // the rest of span 1, sent now
+      for (unsigned i = cap + 1; i < 2 * cap; ++i) brisk_free(blocks[i]);
+      brisk_thread_collect();
+    });
+    owner.Run([&] { brisk_thread_collect(); });  // the drain gives span 1 (one block left) away
+    ASSERT_EQ(s->owner.load(), &g_orphan_heap);
+    late.Run([&] { brisk_thread_collect(); });  // its batch reaches the owner's queue now
+    if (trim)
+      brisk_trim();
+    else
+      owner.Run([&] { brisk_thread_collect(); });
+    EXPECT_NE(s->owner.load(), &g_orphan_heap) << "span 1's last block did not reach it";
+    EXPECT_EQ(brisk_test::Stats().spans_orphaned, orphans_before);
+    owner.Run([&] {
+      for (unsigned i = 1; i < cap; ++i) brisk_free(blocks[i]);
+      for (unsigned i = 2 * cap; i < 3 * cap; ++i) brisk_free(blocks[i]);
+      brisk_thread_collect();
+    });
+  }
+  brisk_set_strategy(BRISK_STRATEGY_BALANCED);
 }
 
 TEST(CentralPool, FreesRacingWithOwnerExitAreNeitherLostNorDoubled) {

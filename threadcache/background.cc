@@ -264,7 +264,9 @@ std::size_t reclaim_locked(Heap* h, bool purge_installed, std::size_t* purged = 
       }
     }
     // 3. The other blocks go back to the queue, in one push, before any page is given away:
-    // a released span's blocks are not touched again.
+    // a released span's blocks are not touched again. A block of a span h no longer owns (h
+    // gave it to the central pool after the block was sent: the span keep, remote_free.cc) goes
+    // on to the span's owner now, as h's drain would send it: h may stay blocked for good.
     Block* keep_head = nullptr;
     Block* keep_tail = nullptr;
     std::size_t keep_bytes = 0;
@@ -272,6 +274,11 @@ std::size_t reclaim_locked(Heap* h, bool purge_installed, std::size_t* purged = 
       Block* next = chain_next(b);
       auto a = reinterpret_cast<std::uintptr_t>(b);
       Span* s = chunk_of(a)->span_of(a);
+      if (Heap* owner = s->owner.load(std::memory_order_acquire); owner != h && owner != nullptr) {
+        send_chain(owner, b, b, s->block_size);
+        b = next;
+        continue;
+      }
       SpanCount* e = find_slot(s, false);
       if (e == nullptr || (e->count != kReleased && e->count != kPurged)) {
         set_link(b, keep_head);

@@ -185,7 +185,7 @@ void heap_refresh_levers_slow(Heap* h) {
   h->batch_bytes = static_cast<std::size_t>(options::get_for(options::Id::kRemoteBatchBytes, options::strategy()));
   h->foreign_limit = static_cast<std::size_t>(options::get_for(options::Id::kForeignCacheBytes, options::strategy()));
   h->foreign_always = options::get_for(options::Id::kForeignCacheAlways, options::strategy()) != 0;
-  h->span_keep = static_cast<std::uint32_t>(options::get_for(options::Id::kSpanKeep, options::strategy()));
+  store_shared(h->span_keep, static_cast<std::uint32_t>(options::get_for(options::Id::kSpanKeep, options::strategy())));
 }
 
 std::atomic<void (*)(Heap* h)> g_give_back_test_hook{nullptr};
@@ -209,10 +209,12 @@ std::size_t heap_collect(Heap* h) {
   // a span h adopted since, and goes on to h's queue (process_orphan_block); drained the other
   // way round, it stayed there, counted in its span's `used`, which the collect then could not
   // give back (a chunk of a test's exited threads stayed mapped, pinned by such spans, in 1 of
-  // 20-30 runs of threads_test under ASan). h's own queue sends nothing to the orphan queue
-  // while h serves: its spans become orphans only when it detaches.
+  // 20-30 runs of threads_test under ASan). h's own queue may send blocks there: those of spans
+  // h gave to the central pool (the span keep, remote_free.cc) after they were sent to h. So the
+  // orphan queue once more after it.
   drain_orphans();
   heap_drain_incoming(h);
+  drain_orphans();
   heap_release_empty_spans(h);
   medium_cache_flush(h);
   return heap_purge(h, 0);

@@ -196,9 +196,28 @@ Block* chain_next(const Block* b) {
 
 namespace {
 
+// The spans of h that a drain's blocks made not full again (they had no free block), for the
+// span keep below; past kMax the rest are not considered. A span the drain empties leaves the
+// list: it may be given back, and its chunk unmapped with it.
+struct Refilled {
+  static constexpr unsigned kMax = 64;
+  Span* spans[kMax];
+  unsigned count = 0;
+  void add(Span* s) {
+    if (count < kMax) spans[count++] = s;
+  }
+  void forget(const Span* s) {
+    for (unsigned i = 0; i < count; ++i)
+      if (spans[i] == s) {
+        spans[i] = spans[--count];
+        return;
+      }
+  }
+};
+
 // A block that arrived in h's queue. The span may have changed owner since it was sent.
 // Returns the block's size.
-std::size_t process_owned_block(Heap* h, Block* b) {
+std::size_t process_owned_block(Heap* h, Block* b, Refilled* refilled) {
   auto a = reinterpret_cast<std::uintptr_t>(b);
   Span* s = chunk_of(a)->span_of(a);
   std::size_t size = s->block_size;
@@ -210,8 +229,38 @@ std::size_t process_owned_block(Heap* h, Block* b) {
   }
   if (!s->in_carved_part(a))
     fatal_pointer_error("invalid free of", b, "never handed out");
+  // Read before the free: s is not to be read after a free that empties it.
+  const bool empties = s->used == 1;
+  const bool refills = s->free == nullptr && s->kind == SpanKind::kSmall;
   free_to_own_span(h, s, b, free_code(a));
+  if (empties)
+    refilled->forget(s);
+  else if (refills)
+    refilled->add(s);
   return size;
+}
+
+// BRISK_SPAN_KEEP (options.cc): of the spans the drain gave room to, those past the keep of
+// their class go to the central pool, for whichever thread runs short of the class. Only room
+// that other threads' frees made (this thread's own frees keep their spans: a thread freeing
+// what it allocated, in any order, stays on its fast path), and only after the whole chain, so
+// that the chain's other blocks of a span are freed into it here rather than forwarded one by
+// one to the orphan queue. Under h's slow lock, which every drain holds.
+void shed_refilled(Heap* h, const Refilled& refilled) {
+  if (!h->serving || refilled.count == 0) return;
+  for (unsigned i = 0; i < refilled.count; ++i) {
+    Span* s = refilled.spans[i];
+    // Still h's, with room and a live block (a later block of the chain may have emptied it,
+    // and the span may have been released), listed (not installed), and not the class's spare.
+    if (s->owner.load(std::memory_order_relaxed) != h || !s->listed || s->used == 0 ||
+        s == h->spare[s->size_class])
+      continue;
+    SpanList& list = h->available[s->size_class];
+    if (!heap_keeps_enough(h, s, list.count - 1)) continue;
+    list.remove(s);
+    heap_unlink_span(h, s);
+    orphan_span(s);
+  }
 }
 
 }  // namespace
@@ -219,12 +268,14 @@ std::size_t process_owned_block(Heap* h, Block* b) {
 void heap_process_blocks(Heap* h, Block* b) {
   std::size_t bytes = 0;
   std::int64_t blocks = 0;
+  Refilled refilled;
   while (b != nullptr) {
     Block* next = chain_next(b);
-    bytes += process_owned_block(h, b);
+    bytes += process_owned_block(h, b, &refilled);
     ++blocks;
     b = next;
   }
+  shed_refilled(h, refilled);
   note_chain_taken(bytes);
   if (blocks != 0) stats::add_single_writer(h->remote_frees_received, blocks);
 }

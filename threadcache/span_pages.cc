@@ -10,7 +10,6 @@
 #include "core/report.h"
 #include "threadcache/background.h"
 #include "threadcache/medium.h"
-#include "threadcache/orphans.h"
 #include "threadcache/purge.h"
 
 namespace brisk {
@@ -709,16 +708,8 @@ void free_local_refilled(Span* s, Heap* h) {
   // s is still h's. Nothing else of s is read before.
   HeapSlowLock lock(h);
   if (s->owner.load(std::memory_order_relaxed) != h) return;
-  if (s->kind == SpanKind::kSmall && !s->listed && h->installed[s->size_class] != s) {
-    // Past BRISK_SPAN_KEEP the span's room goes to the central pool, for any thread (options.cc).
-    // s has live blocks (this free's decrement left used above 0) and is on no list.
-    if (heap_keeps_enough(h, s)) {
-      heap_unlink_span(h, s);
-      orphan_span(s);
-      return;
-    }
+  if (s->kind == SpanKind::kSmall && !s->listed && h->installed[s->size_class] != s)
     h->available[s->size_class].push(s);
-  }
   // Its own blocks come back: the thread no longer grows in the class (foreign_cache.h).
   if (s->kind == SpanKind::kSmall && !h->foreign_always) h->foreign_wanted[s->size_class] = false;
 }

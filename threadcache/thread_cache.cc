@@ -55,6 +55,9 @@ std::size_t process_trim() {
       heap_give_back_kept_tried(d);
     }
   }
+  // What the reclaims forwarded there: blocks that reached a heap after it gave their span to
+  // the central pool (the span keep), which may empty such spans now.
+  drain_orphans();
   bytes += chunk_purge_all();
   chunk_destroy_empty_abandoned();  // to the chunk cache, which goes next
   return bytes + chunk_cache_flush();
