@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <functional>
@@ -16,6 +17,7 @@
 #include "core/options.h"
 #include "core/size_class.h"
 #include "threadcache/heap.h"
+#include "threadcache/orphans.h"
 
 namespace brisk {
 namespace {
@@ -323,6 +325,47 @@ TEST(CentralPool, ABlockSentBeforeItsSpanWentToTheCentralPoolFollowsIt) {
     });
   }
   brisk_set_strategy(BRISK_STRATEGY_BALANCED);
+}
+
+// brisk_thread_collect waits for a drain of the orphan queue that another thread has under way
+// (the test holds the drain lock, as such a drainer does): when it returns, the blocks queued
+// before the call are back in their spans. Here they are an exited thread's blocks that a thread
+// past low-memory's span keep frees through the orphan queue.
+TEST(CentralPool, CollectWaitsForAnOrphanDrainUnderWay) {
+  constexpr std::size_t kSize = 1300;  // a class no other test here uses
+  const unsigned c = size_to_class(kSize);
+  const unsigned cap = kClasses[c].capacity;
+  ASSERT_NE(size_to_class(1500), c);
+  const std::uint64_t orphans_before = brisk_test::Stats().spans_orphaned;
+  brisk_set_strategy(BRISK_STRATEGY_LOW_MEMORY);
+  std::vector<void*> theirs;
+  std::thread([&] {
+    for (unsigned i = 0; i < cap; ++i) theirs.push_back(brisk_malloc(kSize));
+  }).join();
+  Span* orphan = span_of(theirs[0]);
+  ASSERT_EQ(orphan->owner.load(), &g_orphan_heap);
+  std::atomic<int> step{0};
+  std::thread freer([&] {
+    std::vector<void*> own;
+    for (unsigned i = 0; i <= cap; ++i) own.push_back(brisk_malloc(kSize));
+    brisk_free(own[0]);  // a span of the class with room: past the keep, no adoption
+    for (void* p : theirs) brisk_free(p);
+    EXPECT_EQ(orphan->owner.load(), &g_orphan_heap);
+    step.store(1);
+    brisk_thread_collect();  // sends them to the orphan queue, then drains it
+    step.store(2);
+    for (unsigned i = 1; i <= cap; ++i) brisk_free(own[i]);
+  });
+  orphan_drain_lock_acquire();
+  while (step.load() == 0) std::this_thread::yield();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(step.load(), 1) << "the collect returned while another drain was under way";
+  orphan_drain_lock_release();
+  freer.join();
+  EXPECT_NE(orphan->owner.load(), &g_orphan_heap) << "the exited thread's span did not empty";
+  brisk_set_strategy(BRISK_STRATEGY_BALANCED);
+  brisk_thread_collect();
+  EXPECT_EQ(brisk_test::Stats().spans_orphaned, orphans_before);
 }
 
 TEST(CentralPool, FreesRacingWithOwnerExitAreNeitherLostNorDoubled) {

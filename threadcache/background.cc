@@ -348,7 +348,7 @@ std::uint64_t background_pass(std::uint64_t now) {
   for (Heap* h = all_heaps(); h != nullptr; h = h->all_next) heap_take_parked(h, now, idle);
   LockGuard g(g_pass_lock);
   std::size_t bytes = 0;
-  if (!g_orphan_heap.incoming.empty()) drain_orphans();
+  drain_orphans_tried();
   // A heap whose owner ran no slow path for BRISK_IDLE_MS is idle: its queue is reclaimed and
   // its chunks decay here. Busy heaps are left to their own purges: taking their queues and
   // purging their free pages behind their backs cost 20% on the producer/consumer and Larson

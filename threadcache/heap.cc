@@ -50,7 +50,7 @@ BRISK_NOINLINE void* alloc_refill(Heap* h, unsigned c, std::size_t size) {
   if (void* p = foreign_cache_take(h, c)) return p;
   HeapSlowLock lock(h);
   if (!h->incoming.empty()) heap_drain_incoming(h);
-  if (!g_orphan_heap.incoming.empty()) drain_orphans();
+  drain_orphans_tried();
   if (BRISK_UNLIKELY(h->pending_tail_count != 0)) heap_age_span_tails(h);
   Span* s = h->installed[c];
   BRISK_ASSERT(s == &g_empty_span || (s->kind == SpanKind::kSmall && s->size_class == c &&

@@ -397,9 +397,9 @@ LockCounts heap_pool_lock_counts();    // the pool of exited threads' heaps (bri
 // BRISK_SPAN_KEEP: h holds as many spans with free blocks of small span s's class, besides its
 // current one and s, as it keeps (options.cc): `others` of them (by default, its list's count).
 // Under h's slow lock: the background thread may take spans off an idle heap's lists
-// (heap_give_back_kept_tried), and may run this for an idle heap while its owner, waking,
-// refreshes span_keep outside the lock (hence a shared load). Never a debug heap's: its spans
-// must not become orphans a thread heap could adopt (debug_switch.h).
+// (heap_give_back_kept_tried). Run by the owner (its drain, its frees); span_keep is stored
+// and loaded as shared all the same, since the owner refreshes it outside the lock. Never a
+// debug heap's: its spans must not become orphans a thread heap could adopt (debug_switch.h).
 inline bool heap_keeps_enough(const Heap* h, const Span* s, std::size_t others) {
   const std::uint32_t keep = load_shared(h->span_keep);
   return keep != 0 && !h->is_debug && s->kind == SpanKind::kSmall && others >= keep;

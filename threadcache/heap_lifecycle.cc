@@ -394,6 +394,7 @@ void atfork_prepare() {
   // debug heap's queue and medium runs), and the child's first debug slow path waits for it.
   f.own_debug = f.own != nullptr ? f.own->debug : nullptr;
   if (f.own_debug != nullptr) f.own_debug->slow_lock.lock();
+  orphan_drain_lock_acquire();  // a drainer holds it over central pool locks
   central_locks_acquire();
   chunk_locks_acquire();
   large_locks_acquire();
@@ -404,6 +405,7 @@ void atfork_parent() {
     large_locks_release();
     chunk_locks_release();
     central_locks_release();
+    orphan_drain_lock_release();
     if (f.own_debug != nullptr) f.own_debug->slow_lock.unlock();
     if (f.own != nullptr) f.own->slow_lock.unlock();
     background_locks_release();
@@ -421,6 +423,7 @@ void atfork_child() {
     large_locks_reset_in_child();
     chunk_locks_reset_in_child();
     central_locks_reset_in_child();
+    orphan_drain_lock_reset_in_child();
     if (f.own_debug != nullptr) f.own_debug->slow_lock.unlock();
     if (f.own != nullptr) f.own->slow_lock.unlock();
     // A pooled heap's slow lock is held only by a try_lock that reads `serving`

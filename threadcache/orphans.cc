@@ -101,7 +101,11 @@ LockCounts orphan_queue_counts() {
                     g_orphan_queue_counters.retries.load(std::memory_order_relaxed), 0};
 }
 
-void drain_orphans() {
+namespace {
+
+SpinLock g_drain_lock;
+
+void drain_locked() {
   Block* b = g_orphan_heap.incoming.take_all();
   if (b != nullptr) g_orphan_queue_counters.operations.fetch_add(1, std::memory_order_relaxed);
   std::size_t bytes = 0;
@@ -112,5 +116,22 @@ void drain_orphans() {
   }
   note_chain_taken(bytes);
 }
+
+}  // namespace
+
+void drain_orphans() {
+  LockGuard g(g_drain_lock);
+  drain_locked();
+}
+
+void drain_orphans_tried() {
+  if (g_orphan_heap.incoming.empty() || !g_drain_lock.try_lock()) return;
+  drain_locked();
+  g_drain_lock.unlock();
+}
+
+void orphan_drain_lock_acquire() { g_drain_lock.lock(); }
+void orphan_drain_lock_release() { g_drain_lock.unlock(); }
+void orphan_drain_lock_reset_in_child() { g_drain_lock.reset_after_fork(); }
 
 }  // namespace brisk

@@ -10,7 +10,17 @@ namespace brisk {
 
 void orphan_span(Span* s);              // hands a span of an exiting heap to its central pool
 bool adopt_orphan_span(Heap* h, Span* s);  // false if another thread took it first
-void drain_orphans();                   // puts every block in the orphan queue back
+// Puts every block in the orphan queue back. Drains run one at a time (a drain lock, taken
+// after a heap's slow lock and before the central pools' locks): drain_orphans waits for one
+// under way, so that once it returns every block queued before it was called is back (a
+// collect or a trim, whose caller reads the statistics next); drain_orphans_tried leaves the
+// queue to the drain under way (a refill, the background pass).
+void drain_orphans();
+void drain_orphans_tried();
+// The drain lock, for the fork handlers.
+void orphan_drain_lock_acquire();
+void orphan_drain_lock_release();
+void orphan_drain_lock_reset_in_child();
 
 // The orphan queue is lock-free: brisk_get_lock_stats counts its operations (chains pushed,
 // non-empty takes) as acquisitions and its lost compare-and-swaps as contended.
