@@ -185,7 +185,7 @@ void heap_refresh_levers_slow(Heap* h) {
   h->batch_bytes = static_cast<std::size_t>(options::get_for(options::Id::kRemoteBatchBytes, options::strategy()));
   h->foreign_limit = static_cast<std::size_t>(options::get_for(options::Id::kForeignCacheBytes, options::strategy()));
   h->foreign_always = options::get_for(options::Id::kForeignCacheAlways, options::strategy()) != 0;
-  store_shared(h->span_keep, static_cast<std::uint32_t>(options::get_for(options::Id::kSpanKeep, options::strategy())));
+  h->span_keep = static_cast<std::uint32_t>(options::get_for(options::Id::kSpanKeep, options::strategy()));
 }
 
 std::atomic<void (*)(Heap* h)> g_give_back_test_hook{nullptr};

@@ -138,7 +138,7 @@ class alignas(BRISK_CACHELINE) Heap {
   std::size_t batch_bytes = kRemoteBatchBytes;
   std::size_t foreign_limit = 0;  // BRISK_FOREIGN_CACHE_BYTES
   bool foreign_always = false;    // BRISK_FOREIGN_CACHE_ALWAYS
-  std::uint32_t span_keep = 0;    // BRISK_SPAN_KEEP (0: no limit); store_shared: others read it (heap_keeps_enough)
+  std::uint32_t span_keep = 0;    // BRISK_SPAN_KEEP (0: no limit)
   std::uint32_t lever_epoch = ~std::uint32_t{0};
   // The slow paths' lock (HeapSlowLock): the owner holds it while it changes its span lists,
   // its installed spans or a span's state outside the fast paths; the background thread takes
@@ -393,20 +393,18 @@ extern std::atomic<void (*)(Heap* h)> g_give_back_test_hook;
 std::size_t heap_collect(Heap* h);     // brisk_thread_collect's part for one heap (the large cache is
                                        // flushed once by the caller); returns bytes given back to the OS
 LockCounts heap_pool_lock_counts();    // the pool of exited threads' heaps (brisk_get_lock_stats)
-// Re-reads the strategy's levers into h if the strategy changed since h last read them.
 // BRISK_SPAN_KEEP: h holds as many spans with free blocks of small span s's class, besides its
 // current one and s, as it keeps (options.cc): `others` of them (by default, its list's count).
-// Under h's slow lock: the background thread may take spans off an idle heap's lists
-// (heap_give_back_kept_tried). Run by the owner (its drain, its frees); span_keep is stored
-// and loaded as shared all the same, since the owner refreshes it outside the lock. Never a
-// debug heap's: its spans must not become orphans a thread heap could adopt (debug_switch.h).
+// By the owner (its drain, its frees), under h's slow lock: the background thread may take
+// spans off an idle heap's lists (heap_give_back_kept_tried). Never a debug heap's: its spans
+// must not become orphans a thread heap could adopt (debug_switch.h).
 inline bool heap_keeps_enough(const Heap* h, const Span* s, std::size_t others) {
-  const std::uint32_t keep = load_shared(h->span_keep);
-  return keep != 0 && !h->is_debug && s->kind == SpanKind::kSmall && others >= keep;
+  return h->span_keep != 0 && !h->is_debug && s->kind == SpanKind::kSmall && others >= h->span_keep;
 }
 inline bool heap_keeps_enough(const Heap* h, const Span* s) {
   return s->kind == SpanKind::kSmall && heap_keeps_enough(h, s, h->available[s->size_class].count);
 }
+// Re-reads the strategy's levers into h if the strategy changed since h last read them.
 void heap_refresh_levers_slow(Heap* h);
 inline void heap_refresh_levers(Heap* h) {
   if (BRISK_UNLIKELY(h->lever_epoch != options::strategy_epoch())) heap_refresh_levers_slow(h);

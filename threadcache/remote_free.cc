@@ -250,11 +250,9 @@ void shed_refilled(Heap* h, const Refilled& refilled) {
   if (!h->serving || refilled.count == 0) return;
   for (unsigned i = 0; i < refilled.count; ++i) {
     Span* s = refilled.spans[i];
-    // Still h's, with room and a live block (a later block of the chain may have emptied it,
-    // and the span may have been released), listed (not installed), and not the class's spare.
-    if (s->owner.load(std::memory_order_relaxed) != h || !s->listed || s->used == 0 ||
-        s == h->spare[s->size_class])
-      continue;
+    // Still h's with a live block (a span the drain emptied was forgotten), and listed: not
+    // installed.
+    if (s->owner.load(std::memory_order_relaxed) != h || !s->listed) continue;
     SpanList& list = h->available[s->size_class];
     if (!heap_keeps_enough(h, s, list.count - 1)) continue;
     list.remove(s);
