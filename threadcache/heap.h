@@ -393,16 +393,17 @@ extern std::atomic<void (*)(Heap* h)> g_give_back_test_hook;
 std::size_t heap_collect(Heap* h);     // brisk_thread_collect's part for one heap (the large cache is
                                        // flushed once by the caller); returns bytes given back to the OS
 LockCounts heap_pool_lock_counts();    // the pool of exited threads' heaps (brisk_get_lock_stats)
-// BRISK_SPAN_KEEP: h holds as many spans with free blocks of small span s's class, besides its
-// current one and s, as it keeps (options.cc): `others` of them (by default, its list's count).
-// By the owner (its drain, its frees), under h's slow lock: the background thread may take
-// spans off an idle heap's lists (heap_give_back_kept_tried). Never a debug heap's: its spans
-// must not become orphans a thread heap could adopt (debug_switch.h).
-inline bool heap_keeps_enough(const Heap* h, const Span* s, std::size_t others) {
-  return h->span_keep != 0 && !h->is_debug && s->kind == SpanKind::kSmall && others >= h->span_keep;
+// BRISK_SPAN_KEEP: h holds as many spans with free blocks of a small span's class, besides its
+// current one and that span, as it keeps (options.cc): `others` of them. By the owner (its
+// drain, its frees), under h's slow lock: the background thread may take spans off an idle
+// heap's lists (heap_give_back_kept_tried). Never a debug heap's: its spans must not become
+// orphans a thread heap could adopt (debug_switch.h).
+inline bool heap_keeps_enough(const Heap* h, std::size_t others) {
+  return h->span_keep != 0 && !h->is_debug && others >= h->span_keep;
 }
+// The same for any span s (medium ones are never kept this way), counting h's list of its class.
 inline bool heap_keeps_enough(const Heap* h, const Span* s) {
-  return s->kind == SpanKind::kSmall && heap_keeps_enough(h, s, h->available[s->size_class].count);
+  return s->kind == SpanKind::kSmall && heap_keeps_enough(h, h->available[s->size_class].count);
 }
 // Re-reads the strategy's levers into h if the strategy changed since h last read them.
 void heap_refresh_levers_slow(Heap* h);

@@ -254,7 +254,7 @@ void shed_refilled(Heap* h, const Refilled& refilled) {
     // installed.
     if (s->owner.load(std::memory_order_relaxed) != h || !s->listed) continue;
     SpanList& list = h->available[s->size_class];
-    if (!heap_keeps_enough(h, s, list.count - 1)) continue;
+    if (!heap_keeps_enough(h, list.count - 1)) continue;
     list.remove(s);
     heap_unlink_span(h, s);
     orphan_span(s);
