@@ -134,12 +134,33 @@ DebugHeap* heap_of(const Header* h);
 // The debug block whose user pointer is p, or nullptr. *in_debug_memory: p lies in memory that
 // holds debug blocks (so a failed lookup is a bad pointer, not a release block). *heap, with a
 // block: heap_of(block), found on the way for a block in a chunk.
-Header* header_of(const void* p, bool* in_debug_memory, DebugHeap** heap) {
+namespace {
+
+// header_of's part for a pointer into a large block's first region (kind: its region byte).
+BRISK_NOINLINE Header* large_header_from(std::uintptr_t a, std::uint8_t kind, bool* in_debug_memory) {
+  // A large block's start is where its region byte says; a debug block's user pointer lies
+  // past its header, before the block's end (past it, the region may be unmapped). Any
+  // pointer into a large block carved for a debug block is debug memory (its first word says
+  // so); pointers past the block's first region have no region byte to lead here.
+  if (!region_is_large(kind)) return nullptr;
+  std::uintptr_t start = (a & ~kChunkMask) + region_large_offset(kind);
+  LargeHeader* lh = large_header_of(reinterpret_cast<void*>(start), kind);
+  if (lh == nullptr || a < start || a - start >= large_usable_size(reinterpret_cast<void*>(start), lh)) return nullptr;
+  if (!underlying_is_debug_block(start)) return nullptr;
+  *in_debug_memory = true;
+  if (a % kMinAlign != 0 || a < start + kHeaderBytes) return nullptr;
+  return reinterpret_cast<Header*>(a - kHeaderBytes);
+}
+
+// header_of, inline where a free needs it: a pointer into a chunk (a small or medium block)
+// costs no call and no out-parameter in memory; large blocks go out of line.
+BRISK_ALWAYS_INLINE Header* find_header(const void* p, bool* in_debug_memory, DebugHeap** heap) {
   *in_debug_memory = false;
   *heap = nullptr;
   auto a = reinterpret_cast<std::uintptr_t>(p);
   std::uint8_t kind = region_kind(a);
-  if (kind == kRegionChunk) {
+  Header* h;
+  if (BRISK_LIKELY(kind == kRegionChunk)) {
     Span* s = chunk_of(a)->span_of(a);
     // Heaps are never unmapped: a racing owner change reads some heap's flag.
     Heap* owner = s->owner.load(std::memory_order_acquire);
@@ -161,20 +182,11 @@ Header* header_of(const void* p, bool* in_debug_memory, DebugHeap** heap) {
     if (a % kMinAlign != 0 || offset < kHeaderBytes) return nullptr;
     // The header lies in the same span as p (both in the block it is carved from).
     *heap = static_cast<DebugHeap*>(owner);
+    h = reinterpret_cast<Header*>(a - kHeaderBytes);
   } else {
-    // A large block's start is where its region byte says; a debug block's user pointer lies
-    // past its header, before the block's end (past it, the region may be unmapped). Any
-    // pointer into a large block carved for a debug block is debug memory (its first word says
-    // so); pointers past the block's first region have no region byte to lead here.
-    if (!region_is_large(kind)) return nullptr;
-    std::uintptr_t start = (a & ~kChunkMask) + region_large_offset(kind);
-    LargeHeader* lh = large_header_of(reinterpret_cast<void*>(start), kind);
-    if (lh == nullptr || a < start || a - start >= large_usable_size(reinterpret_cast<void*>(start), lh)) return nullptr;
-    if (!underlying_is_debug_block(start)) return nullptr;
-    *in_debug_memory = true;
-    if (a % kMinAlign != 0 || a < start + kHeaderBytes) return nullptr;
+    h = large_header_from(a, kind, in_debug_memory);
+    if (h == nullptr) return nullptr;
   }
-  auto* h = reinterpret_cast<Header*>(a - kHeaderBytes);
   if (load_check(h) != (kMagic ^ a)) {
     *heap = nullptr;
     return nullptr;
@@ -182,6 +194,12 @@ Header* header_of(const void* p, bool* in_debug_memory, DebugHeap** heap) {
   *in_debug_memory = true;
   if (*heap == nullptr) *heap = heap_of(h);
   return h;
+}
+
+}  // namespace
+
+Header* header_of(const void* p, bool* in_debug_memory, DebugHeap** heap) {
+  return find_header(p, in_debug_memory, heap);
 }
 
 constexpr const char* kDamagedHeader = "damaged header (an underrun, or a write through a stale pointer)";
@@ -228,6 +246,19 @@ const char* damage_of(const Header* h, FillDamage* damage, std::uint64_t* mix) {
 
 namespace {
 
+// damage_of's finding nothing, inline (frees and quarantine exits, where it is the common case):
+// the checksum over mix (mix_of(h) as read), then the guard and the canary, one compare each.
+// The canary is read only once the checksum vouches for the user size.
+BRISK_ALWAYS_INLINE bool edges_intact(const Header* h, std::uint64_t mix) {
+  if (BRISK_UNLIKELY(mix_checksum(mix) != h->checksum)) return false;
+  static_assert(kGuardBytes == 8, "the guard and the canary are one word each");
+  constexpr std::uint64_t kGuardWord = 0x0101010101010101ull * kGuardByte;
+  std::uint64_t guard, canary;
+  std::memcpy(&guard, h->guard, 8);
+  std::memcpy(&canary, user_of(h) + h->user_size, 8);
+  return ((guard ^ kGuardWord) | (canary ^ kGuardWord)) == 0;
+}
+
 // Whether a block of this size gets its patterns on its edges only. Decided once, at
 // allocation, and kept in the header: the limit may change while the block lives.
 bool fill_edges_only(std::size_t user_size) {
@@ -249,9 +280,8 @@ template <class Part>
   part(h->user_size - kFillEdgeBytes, kFillEdgeBytes);
 }
 
-// The pattern over the filled parts of a block's user data from byte `from` on (the bytes
-// before it are the caller's to write).
-void fill_user(Header* h, std::uint8_t byte, std::size_t from = 0) {
+// fill_user's general case: a block filled on its edges only, or from byte `from` on.
+BRISK_NOINLINE void fill_user_parts(Header* h, std::uint8_t byte, std::size_t from) {
   for_each_filled_part(h, [h, byte, from](std::size_t offset, std::size_t length) {
     if (offset + length <= from) return;
     if (offset < from) {
@@ -262,13 +292,15 @@ void fill_user(Header* h, std::uint8_t byte, std::size_t from = 0) {
   });
 }
 
-// Whether the filled parts of a freed block still hold the freed pattern; else *damage, with
-// offsets from the user pointer.
-bool freed_pattern_intact(const Header* h, FillDamage* damage) {
-  // The common case first, with no lambda and no damage record: a whole block found intact by
-  // one compare (inline up to 64 bytes). At 32 bytes this was 65 instructions, now about 15.
-  if (!h->edges_only && BRISK_LIKELY(find_fill_damage(user_of(h), h->user_size, kFreedByte) == h->user_size))
-    return true;
+// The pattern over the filled parts of a block's user data from byte `from` on (the bytes
+// before it are the caller's to write). Inline for the common case, a whole block.
+BRISK_ALWAYS_INLINE void fill_user(Header* h, std::uint8_t byte, std::size_t from = 0) {
+  if (BRISK_LIKELY(!h->edges_only && from == 0)) return fill_block(user_of(h), h->user_size, byte);
+  fill_user_parts(h, byte, from);
+}
+
+// freed_pattern_intact's general case: a block filled on its edges only, or a damaged one.
+BRISK_NOINLINE bool freed_pattern_checked(const Header* h, FillDamage* damage) {
   bool intact = true;
   for_each_filled_part(h, [h, damage, &intact](std::size_t offset, std::size_t length) {
     FillDamage part;
@@ -289,6 +321,16 @@ bool freed_pattern_intact(const Header* h, FillDamage* damage) {
     damage->more_ranges |= part.more_ranges;
   });
   return intact;
+}
+
+// Whether the filled parts of a freed block still hold the freed pattern; else *damage, with
+// offsets from the user pointer. The common case inline, with no lambda and no damage record:
+// a whole block found intact by one compare (inline up to 64 bytes).
+BRISK_ALWAYS_INLINE bool freed_pattern_intact(const Header* h, FillDamage* damage) {
+  if (BRISK_LIKELY(!h->edges_only) &&
+      BRISK_LIKELY(find_fill_damage(user_of(h), h->user_size, kFreedByte) == h->user_size))
+    return true;
+  return freed_pattern_checked(h, damage);
 }
 
 }  // namespace
@@ -329,7 +371,7 @@ BRISK_ALWAYS_INLINE void free_underlying(Header* h) {
 // quarantined block's header meanwhile (a double free or a check only reads it).
 BRISK_ALWAYS_INLINE void leave_quarantine(Header* h) {
   FillDamage damage;
-  const char* problem = damage_of(h, &damage);
+  const char* problem = BRISK_LIKELY(edges_intact(h, mix_of(h))) ? nullptr : damage_of(h, &damage);
   if (problem == nullptr) {
     if (freed_pattern_intact(h, &damage)) {
       free_underlying(h);
@@ -361,7 +403,7 @@ BRISK_ALWAYS_INLINE void drain_evicted(QuarantinedBlock* out, std::size_t n) {
   }
 }
 
-void* hook_alloc(std::size_t size) { return allocate(size, kMinAlign, t_alloc_kind, false); }
+void* hook_alloc(std::size_t size);  // below, with allocate
 bool hook_free(void* p) { return release(p, Kind::kMalloc, kUnsized); }
 void install_hooks();  // below, with the fork handlers
 
@@ -441,64 +483,97 @@ void* large_debug_block(std::size_t total, bool zero, bool grows) {
   return large_alloc(total, kMinAlign, zero, nullptr, grows);
 }
 
-void* allocate(std::size_t size, std::size_t alignment, Kind kind, bool zero, Growth growth) {
+namespace {
+
+// allocate's work in d, the calling thread's debug heap (its spans are used without a lock):
+// the underlying block, then the header, the patterns and the check word.
+BRISK_ALWAYS_INLINE void* make_block(DebugHeap* d, std::size_t size, std::size_t alignment, Kind kind, bool zero,
+                                     Growth growth, std::size_t copied, std::uint32_t stack) {
+  // Underlying small and medium blocks are 16-byte aligned at least: alignment - 16 bytes of
+  // slack always leave room to align the user pointer.
+  const std::size_t total = kHeaderBytes + (alignment - kMinAlign) + size + kGuardBytes;
+  // With room: the run takes pages for the room too (within kMediumMax), untouched until the
+  // block grows into them.
+  const std::size_t room = growth.room > size ? total + (growth.room - size) : 0;
+  void* u = growth.large || total > kMediumMax
+                ? large_debug_block(total, zero, growth.large)  // total has the slack
+            : total <= kSmallMax ? alloc_small(d, size_to_class(total), total)
+                                 : alloc_medium(d, total, false, room < kMediumMax ? room : kMediumMax);
+  if (u == nullptr) return nullptr;
+  auto ua = reinterpret_cast<std::uintptr_t>(u);
+  std::uintptr_t a = (ua + kHeaderBytes + alignment - 1) & ~(alignment - 1);
+  auto* h = reinterpret_cast<Header*>(a - kHeaderBytes);
+  static_assert(kMaxAlignment - kMinAlign <= UINT32_MAX, "underlying_offset holds the alignment slack");
+  h->heap_id = d->id;
+  h->underlying_offset = static_cast<std::uint32_t>(reinterpret_cast<char*>(h) - static_cast<char*>(u));
+  h->user_size = size;
+  h->sequence = ++d->sequence;
+  h->alloc_thread = thread_number();
+  h->free_thread = 0;
+  h->alloc_stack = stack;
+  h->free_stack = kNoStack;
+  h->kind = kind;
+  h->state = State::kLive;
+  h->edges_only = fill_edges_only(size);
+  h->reserved = 0;
+  std::memset(h->guard, kGuardByte, kGuardBytes);
+  seal(h);
+  if (!zero) fill_user(h, kAllocByte, copied);
+  else if (!growth.large && total <= kMediumMax) std::memset(user_of(h), 0, size);  // large_alloc zeroed the rest
+  std::memset(user_of(h) + size, kGuardByte, kGuardBytes);
+  store_check(h, kMagic ^ a);
+  if (ua != reinterpret_cast<std::uintptr_t>(h)) first_word(ua).store(kSlackMagic ^ ua, std::memory_order_relaxed);
+  add_made(d, h);
+  return user_of(h);
+}
+
+// make_block for a thread without a debug heap yet, or without a heap (one is made), or past its
+// exit (a borrowed heap's).
+BRISK_NOINLINE void* make_block_elsewhere(std::size_t size, std::size_t alignment, Kind kind, bool zero,
+                                          Growth growth, std::size_t copied, std::uint32_t stack) {
+  return with_debug_heap([&](DebugHeap* d) { return make_block(d, size, alignment, kind, zero, growth, copied, stack); });
+}
+
+// The calling thread's debug heap when it has one (the common case), else nullptr.
+BRISK_ALWAYS_INLINE DebugHeap* own_debug_heap() {
+  Heap* h = t_heap;
+  if (h == &g_exited_heap || h == &g_sentinel_heap) return nullptr;
+  return static_cast<DebugHeap*>(h->debug);
+}
+
+BRISK_ALWAYS_INLINE void* allocate_inline(std::size_t size, std::size_t alignment, Kind kind, bool zero, Growth growth) {
   // Callers come here once debug_mode_on() read the mode on, whose acquire orders init's writes
   // before this thread's reads of them (debug_switch.h); the other ways into debug/ (free,
   // realloc, usable size) come through g_debug_blocks_may_exist's acquire.
   BRISK_ASSERT(g_init_state.load(std::memory_order_relaxed) == 2);
   if (alignment < kMinAlign) alignment = kMinAlign;
   constexpr std::size_t kLimit = static_cast<std::size_t>(PTRDIFF_MAX) / 2;
-  if (size > kLimit) {
+  if (BRISK_UNLIKELY(size > kLimit)) {
     errno = ENOMEM;
     return nullptr;
   }
-  // Underlying small and medium blocks are 16-byte aligned at least: alignment - 16 bytes of
-  // slack always leave room to align the user pointer.
-  std::size_t total = kHeaderBytes + (alignment - kMinAlign) + size + kGuardBytes;
   // Taken before capture, which may allocate.
   const std::size_t copied = t_copied_prefix;
   t_copied_prefix = 0;
   std::uint32_t stack = capture(0, Site::kAllocate);
   if (g_realloc_moves.load(std::memory_order_relaxed)) growth = Growth{};  // no block grows where it is
-  void* user = with_debug_heap([=](DebugHeap* d) -> void* {
-    // The debug heap is the calling thread's: its spans are used without a lock.
-    // With room: the run takes pages for the room too (within kMediumMax), untouched until the
-    // block grows into them.
-    const std::size_t room = growth.room > size ? total + (growth.room - size) : 0;
-    void* u = growth.large || total > kMediumMax
-                  ? large_debug_block(total, zero, growth.large)  // total has the slack
-              : total <= kSmallMax ? alloc_small(d, size_to_class(total), total)
-                                   : alloc_medium(d, total, false, room < kMediumMax ? room : kMediumMax);
-    if (u == nullptr) return nullptr;
-    auto ua = reinterpret_cast<std::uintptr_t>(u);
-    std::uintptr_t a = (ua + kHeaderBytes + alignment - 1) & ~(alignment - 1);
-    auto* h = reinterpret_cast<Header*>(a - kHeaderBytes);
-    static_assert(kMaxAlignment - kMinAlign <= UINT32_MAX, "underlying_offset holds the alignment slack");
-    h->heap_id = d->id;
-    h->underlying_offset = static_cast<std::uint32_t>(reinterpret_cast<char*>(h) - static_cast<char*>(u));
-    h->user_size = size;
-    h->sequence = ++d->sequence;
-    h->alloc_thread = thread_number();
-    h->free_thread = 0;
-    h->alloc_stack = stack;
-    h->free_stack = kNoStack;
-    h->kind = kind;
-    h->state = State::kLive;
-    h->edges_only = fill_edges_only(size);
-    h->reserved = 0;
-    std::memset(h->guard, kGuardByte, kGuardBytes);
-    seal(h);
-    if (!zero) fill_user(h, kAllocByte, copied);
-    else if (!growth.large && total <= kMediumMax) std::memset(user_of(h), 0, size);  // large_alloc zeroed the rest
-    std::memset(user_of(h) + size, kGuardByte, kGuardBytes);
-    store_check(h, kMagic ^ a);
-    if (ua != reinterpret_cast<std::uintptr_t>(h)) first_word(ua).store(kSlackMagic ^ ua, std::memory_order_relaxed);
-    add_made(d, h);
-    return user_of(h);
-  });
-  if (user == nullptr) errno = ENOMEM;
+  DebugHeap* d = own_debug_heap();
+  void* user = BRISK_LIKELY(d != nullptr) ? make_block(d, size, alignment, kind, zero, growth, copied, stack)
+                                          : make_block_elsewhere(size, alignment, kind, zero, growth, copied, stack);
+  if (BRISK_UNLIKELY(user == nullptr)) errno = ENOMEM;
   return user;
 }
+
+}  // namespace
+
+void* allocate(std::size_t size, std::size_t alignment, Kind kind, bool zero, Growth growth) {
+  return allocate_inline(size, alignment, kind, zero, growth);
+}
+
+namespace {
+// The allocation hook of debug mode (debug_switch.h): allocate for malloc and new, inline.
+void* hook_alloc(std::size_t size) { return allocate_inline(size, kMinAlign, t_alloc_kind, false, Growth{}); }
+}  // namespace
 
 bool usable_size(const void* p, std::size_t* size) {
   bool in_debug_memory;
@@ -531,7 +606,7 @@ namespace {
 // A live block freed by this thread (d->live_lock held): out of the live list, into `state`.
 // mix: the header's mix_of as it is (damage_of's): the new checksum is that mix with the free's
 // fields changed.
-void mark_freed(DebugHeap* d, Header* h, std::uint64_t mix, std::uint32_t stack, State state) {
+BRISK_ALWAYS_INLINE void mark_freed(DebugHeap* d, Header* h, std::uint64_t mix, std::uint32_t stack, State state) {
   BRISK_ASSERT(d->live_lock.is_locked() && h->state == State::kLive && mix == mix_of(h));
   const std::uint32_t thread = thread_number();
   mix ^= free_mix(h->free_thread, h->free_stack, h->state) ^ free_mix(thread, stack, state);
@@ -591,20 +666,35 @@ bool batch_freed(DebugHeap* d, Header* h, QuarantinedBlock* out, std::size_t* n)
 
 }  // namespace
 
-bool release(void* p, Kind kind, std::size_t sized) {
-  bool in_debug_memory;
-  DebugHeap* d;
-  Header* h = header_of(p, &in_debug_memory, &d);
+namespace {
+
+// The end of a release: h into the quarantine behind its heap's batch, taken out in out[0, n)
+// (unless h joined the batch).
+BRISK_ALWAYS_INLINE bool quarantine_released(Header* h, bool batched, QuarantinedBlock* out, std::size_t n) {
+  if (!batched) {
+    fill_user(h, kFreedByte);
+    out[n++] = quarantined(h);
+  }
+  if (n > 0) push_to_quarantine(out, n);
+  return true;
+}
+
+// release of a pointer header_of placed in no debug heap: h nullptr (no debug block starts at
+// p), or h with a header that names no debug heap.
+BRISK_NOINLINE bool release_unplaced(const void* p, const Header* h, bool in_debug_memory) {
   if (h == nullptr) {
     if (!in_debug_memory) return false;
     problem_at("invalid free: no debug block starts here (a pointer inside a block, or freed long ago)", p);
     return true;
   }
-  if (d == nullptr) {
-    header_damaged(h);
-    return true;
-  }
-  std::uint32_t stack = capture(0, Site::kRelease);
+  header_damaged(h);
+  return true;
+}
+
+// release of a block that its fast path found not to be live, intact and freed by a function of
+// its kind and size: every case decided again under the lock (what is found now decides, if
+// another thread freed it meanwhile), and reported after it.
+BRISK_NOINLINE bool release_checked(DebugHeap* d, Header* h, Kind kind, std::size_t sized, std::uint32_t stack) {
   Snapshot s;
   bool keep = false;  // a double free, or a damaged block: it does not go to the quarantine
   bool batched = false;
@@ -637,12 +727,35 @@ bool release(void* p, Kind kind, std::size_t sized) {
   }
   if (s.problem != nullptr) problem_found(s);
   if (keep) return true;
-  if (!batched) {
-    fill_user(h, kFreedByte);
-    out[n++] = quarantined(h);
+  return quarantine_released(h, batched, out, n);
+}
+
+}  // namespace
+
+bool release(void* p, Kind kind, std::size_t sized) {
+  bool in_debug_memory;
+  DebugHeap* d;
+  Header* h = find_header(p, &in_debug_memory, &d);
+  if (BRISK_UNLIKELY(h == nullptr || d == nullptr)) return release_unplaced(p, h, in_debug_memory);
+  const std::uint32_t stack = capture(0, Site::kRelease);
+  bool plain;
+  bool batched = false;
+  QuarantinedBlock out[DebugHeap::kFreedBatch + 1];  // d's batch, taken out, then h unless batched
+  std::size_t n = 0;
+  {
+    LiveLock g(d);
+    // The common case, inline and without a report's snapshot: a live, intact block freed by a
+    // function of its kind and size. Anything else is release_checked's.
+    std::uint64_t mix = 0;
+    plain = h->state == State::kLive && edges_intact(h, mix = mix_of(h)) && kinds_match(h->kind, kind) &&
+            (sized == kUnsized || sized == h->user_size);
+    if (BRISK_LIKELY(plain)) {
+      mark_freed(d, h, mix, stack, State::kQuarantined);
+      batched = batch_freed(d, h, out, &n);
+    }
   }
-  if (n > 0) push_to_quarantine(out, n);
-  return true;
+  if (BRISK_UNLIKELY(!plain)) return release_checked(d, h, kind, sized, stack);
+  return quarantine_released(h, batched, out, n);
 }
 
 ReallocCheck check_before_realloc(void* p, std::size_t* user_size) {

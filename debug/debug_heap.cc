@@ -46,10 +46,10 @@ DebugHeap* make_debug_heap() {
 
 }  // namespace
 
-DebugHeap* debug_heap_of(Heap* h) {
-  BRISK_ASSERT(heap_is_attached(h) && !h->is_debug);
+BRISK_NOINLINE DebugHeap* make_debug_heap_of(Heap* h) {
+  BRISK_ASSERT(heap_is_attached(h) && !h->is_debug && h->debug == nullptr);
   // Published with a release store: brisk_trim reads other heaps' debug heaps (process_trim).
-  if (h->debug == nullptr) std::atomic_ref<Heap*>(h->debug).store(make_debug_heap(), std::memory_order_release);
+  std::atomic_ref<Heap*>(h->debug).store(make_debug_heap(), std::memory_order_release);
   return static_cast<DebugHeap*>(h->debug);
 }
 
@@ -86,12 +86,7 @@ void link_live(DebugHeap* d, Header* h) {
   d->live = h;
 }
 
-void add_made(DebugHeap* d, Header* h) {
-  const std::uint32_t tail = d->made_tail.load(std::memory_order_relaxed);
-  if (tail - d->made_head.load(std::memory_order_acquire) == DebugHeap::kMadeBatch) LiveLock g(d);
-  d->made[tail % DebugHeap::kMadeBatch] = h;
-  d->made_tail.store(tail + 1, std::memory_order_release);
-}
+BRISK_NOINLINE void link_full_made_ring(DebugHeap* d) { LiveLock g(d); }
 
 void unlink_live(DebugHeap* d, Header* h) {
   BRISK_ASSERT(d->live_lock.is_locked());

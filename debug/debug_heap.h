@@ -65,9 +65,18 @@ struct DebugHeap : Heap {
 // The live list, under d->live_lock: h at its head, or out of it.
 void link_live(DebugHeap* d, Header* h);
 void unlink_live(DebugHeap* d, Header* h);
+// A full ring of blocks made: linked, under d's lock (add_made's rare case, out of line so that
+// the common case saves no registers).
+void link_full_made_ring(DebugHeap* d);
 // d's owner: its new block h (header and check word written) into d's ring of blocks made;
 // when the ring is full, its blocks are linked first, under the lock. No lock otherwise.
-void add_made(DebugHeap* d, Header* h);
+inline void add_made(DebugHeap* d, Header* h) {
+  const std::uint32_t tail = d->made_tail.load(std::memory_order_relaxed);
+  if (BRISK_UNLIKELY(tail - d->made_head.load(std::memory_order_acquire) == DebugHeap::kMadeBatch))
+    link_full_made_ring(d);
+  d->made[tail % DebugHeap::kMadeBatch] = h;
+  d->made_tail.store(tail + 1, std::memory_order_release);
+}
 // Puts the blocks d's owner made since the last call on d's live list (live_lock held).
 void link_made(DebugHeap* d);
 
@@ -88,7 +97,12 @@ class LiveLock {
 
 // The debug heap paired with h, an attached thread heap that the calling thread uses (its own,
 // or one it borrowed), made on first use; nullptr when out of memory.
-DebugHeap* debug_heap_of(Heap* h);
+DebugHeap* make_debug_heap_of(Heap* h);
+inline DebugHeap* debug_heap_of(Heap* h) {
+  BRISK_ASSERT(heap_is_attached(h) && !h->is_debug);
+  if (BRISK_LIKELY(h->debug != nullptr)) return static_cast<DebugHeap*>(h->debug);
+  return make_debug_heap_of(h);
+}
 // Every debug heap ever made, newest first: never unlinked nor unmapped, so a walk needs no
 // lock (a heap made during the walk is missed, as if made after it).
 DebugHeap* first_debug_heap();
