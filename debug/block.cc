@@ -504,20 +504,27 @@ BRISK_ALWAYS_INLINE void* make_block(DebugHeap* d, std::size_t size, std::size_t
   std::uintptr_t a = (ua + kHeaderBytes + alignment - 1) & ~(alignment - 1);
   auto* h = reinterpret_cast<Header*>(a - kHeaderBytes);
   static_assert(kMaxAlignment - kMinAlign <= UINT32_MAX, "underlying_offset holds the alignment slack");
+  const auto offset = static_cast<std::uint32_t>(reinterpret_cast<char*>(h) - static_cast<char*>(u));
+  const std::uint64_t sequence = ++d->sequence;
+  const std::uint32_t thread = thread_number();
+  const bool edges_only = fill_edges_only(size);
   h->heap_id = d->id;
-  h->underlying_offset = static_cast<std::uint32_t>(reinterpret_cast<char*>(h) - static_cast<char*>(u));
+  h->underlying_offset = offset;
   h->user_size = size;
-  h->sequence = ++d->sequence;
-  h->alloc_thread = thread_number();
+  h->sequence = sequence;
+  h->alloc_thread = thread;
   h->free_thread = 0;
   h->alloc_stack = stack;
   h->free_stack = kNoStack;
   h->kind = kind;
   h->state = State::kLive;
-  h->edges_only = fill_edges_only(size);
+  h->edges_only = edges_only;
   h->reserved = 0;
   std::memset(h->guard, kGuardByte, kGuardBytes);
-  seal(h);
+  // Sealed from the values just stored (block_layout.h: not loaded back).
+  h->checksum = mix_checksum(mix_words(size, sequence, pair_word(thread, 0), pair_word(stack, kNoStack),
+                                       pair_word(d->id, offset), flags_word(kind, State::kLive, edges_only, 0)));
+  BRISK_ASSERT(h->checksum == checksum_of(h));
   if (!zero) fill_user(h, kAllocByte, copied);
   else if (!growth.large && total <= kMediumMax) std::memset(user_of(h), 0, size);  // large_alloc zeroed the rest
   std::memset(user_of(h) + size, kGuardByte, kGuardBytes);
@@ -652,7 +659,7 @@ constexpr std::size_t kBatchedMax = 1024;
 // batched (so that h follows the blocks freed before it into the quarantine). Blocks that
 // realloc moved, and frees reported as misuse, go to the quarantine without the batch: ahead
 // of a batch's blocks, which then wait longer, never less.
-bool batch_freed(DebugHeap* d, Header* h, QuarantinedBlock* out, std::size_t* n) {
+BRISK_ALWAYS_INLINE bool batch_freed(DebugHeap* d, Header* h, QuarantinedBlock* out, std::size_t* n) {
   BRISK_ASSERT(d->live_lock.is_locked() && h->state == State::kQuarantined);
   bool batched = h->user_size <= kBatchedMax && g_quarantine.shard_budget() != 0;
   if (batched) {

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "core/hints.h"
 #include "debug/block.h"
@@ -40,35 +41,68 @@ struct Header {
 };
 static_assert(offsetof(Header, guard) + kGuardBytes == sizeof(Header), "the guard ends at the user data");
 // The header's checksum, sealed at allocation and free and checked at free, at quarantine exit
-// and by brisk_check_heap. Each field rotated by its own amount (a bijection), xored: a change
-// to any one field changes the result, and rotations not a multiple of 8 keep a byte pattern
+// and by brisk_check_heap. It covers the header from user_size to the flags as six words (five
+// of 8 bytes, the flags' 4; two 4-byte fields share a word, in x86-64's byte order), each
+// rotated by its own amount (a bijection) and xored: a change to any one field changes the
+// result, and rotations not a multiple of 8 (each a different one mod 8) keep a byte pattern
 // written over the header from cancelling out. One multiply at the end (mix_checksum) spreads
-// every bit over the upper half; a chain of a multiply per field cost 49 instructions each.
-// Each field is loaded as it is stored: an 8-byte load of two 4-byte fields just written
-// cannot be forwarded from the stores and stalled (perf: half of the function's time on one
-// such load).
+// every bit over the upper half. A chain of a multiply per field cost 49 instructions each; a
+// load and a rotation per field about 15 more per checksum than a word at a time (callgrind).
 //
 // Rotation distributes over xor, so the mix is the xor of a part for the fields a free sets
 // (free_thread, free_stack, state: free_mix) and a part for the rest, fixed at allocation. A
 // free that has just verified the checksum turns the verified mix into the freed block's with
-// two free_mix terms, instead of a third pass over the header (block.cc's mark_freed). Always
-// inlined: at allocation the compiler takes the fields from the registers it stored them from.
+// two free_mix terms, instead of a third pass over the header (block.cc's mark_freed).
+// Allocation seals from the values it stores (mix_words), not by loading them back: an 8-byte
+// load of two 4-byte fields just written cannot be forwarded from the stores, and stalled (perf:
+// half of the function's time on one such load).
+static_assert(offsetof(Header, sequence) == offsetof(Header, user_size) + 8 &&
+                  offsetof(Header, alloc_thread) == offsetof(Header, user_size) + 16 &&
+                  offsetof(Header, free_thread) == offsetof(Header, alloc_thread) + 4 &&
+                  offsetof(Header, alloc_stack) == offsetof(Header, user_size) + 24 &&
+                  offsetof(Header, free_stack) == offsetof(Header, alloc_stack) + 4 &&
+                  offsetof(Header, heap_id) == offsetof(Header, user_size) + 32 &&
+                  offsetof(Header, underlying_offset) == offsetof(Header, heap_id) + 4 &&
+                  offsetof(Header, kind) == offsetof(Header, user_size) + 40 &&
+                  offsetof(Header, state) == offsetof(Header, kind) + 1 &&
+                  offsetof(Header, edges_only) == offsetof(Header, kind) + 2 &&
+                  offsetof(Header, reserved) == offsetof(Header, kind) + 3,
+              "mix_of reads the checked fields as six words, in this order");
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "a field's place in its word (mix_words)");
 BRISK_ALWAYS_INLINE std::uint64_t rotate_left(std::uint64_t v, int bits) { return (v << bits) | (v >> (64 - bits)); }
+// A constant in the mix: an all-zero header would otherwise have checksum 0 and pass.
+inline constexpr std::uint64_t kMixSeed = 0x5DEECE66Dull;
+BRISK_ALWAYS_INLINE std::uint64_t mix_words(std::uint64_t user_size, std::uint64_t sequence, std::uint64_t threads,
+                                            std::uint64_t stacks, std::uint64_t ids, std::uint32_t flags) {
+  return kMixSeed ^ rotate_left(user_size, 11) ^ rotate_left(sequence, 22) ^ rotate_left(threads, 33) ^
+         rotate_left(stacks, 44) ^ rotate_left(ids, 55) ^ rotate_left(flags, 5);
+}
+// Two 4-byte fields as the word that holds them, low first.
+BRISK_ALWAYS_INLINE std::uint64_t pair_word(std::uint32_t low, std::uint32_t high) {
+  return std::uint64_t{low} | std::uint64_t{high} << 32;
+}
+// The flags' word (kind, state, edges_only, reserved, first to last).
+BRISK_ALWAYS_INLINE std::uint32_t flags_word(Kind kind, State state, bool edges_only, std::uint8_t reserved) {
+  return std::uint32_t{static_cast<std::uint8_t>(kind)} | std::uint32_t{static_cast<std::uint8_t>(state)} << 8 |
+         std::uint32_t{edges_only} << 16 | std::uint32_t{reserved} << 24;
+}
 BRISK_ALWAYS_INLINE std::uint64_t free_mix(std::uint32_t free_thread, std::uint32_t free_stack, State state) {
-  return rotate_left(free_thread, 44) ^ rotate_left(free_stack, 55) ^ rotate_left(static_cast<std::uint8_t>(state), 5);
+  return rotate_left(pair_word(0, free_thread), 33) ^ rotate_left(pair_word(0, free_stack), 44) ^
+         rotate_left(flags_word(Kind{}, state, false, 0), 5);
 }
 BRISK_ALWAYS_INLINE std::uint64_t mix_of(const Header* h) {
-  std::uint64_t fixed_flags = (std::uint64_t{h->reserved} << 24) | (std::uint64_t{h->edges_only} << 16) |
-                              (std::uint64_t{static_cast<std::uint8_t>(h->kind)} << 8);
-  return std::uint64_t{h->underlying_offset} ^ rotate_left(std::uint64_t{h->heap_id} << 32, 11) ^
-         rotate_left(h->user_size, 22) ^ rotate_left(h->sequence, 33) ^ rotate_left(std::uint64_t{h->alloc_thread} << 32, 44) ^
-         rotate_left(std::uint64_t{h->alloc_stack} << 32, 55) ^ rotate_left(fixed_flags, 5) ^
-         free_mix(h->free_thread, h->free_stack, h->state);
+  const char* at = reinterpret_cast<const char*>(&h->user_size);
+  std::uint64_t w[5];
+  std::uint32_t flags;
+  std::memcpy(w, at, sizeof w);
+  std::memcpy(&flags, at + sizeof w, sizeof flags);
+  return mix_words(w[0], w[1], w[2], w[3], w[4], flags);
 }
 BRISK_ALWAYS_INLINE std::uint32_t mix_checksum(std::uint64_t mix) {
   return static_cast<std::uint32_t>((mix * 0x9E3779B97F4A7C15ull) >> 32);
 }
 BRISK_ALWAYS_INLINE std::uint32_t checksum_of(const Header* h) { return mix_checksum(mix_of(h)); }
+// After fields changed in place (realloc, a kept block): loads them back.
 BRISK_ALWAYS_INLINE void seal(Header* h) { h->checksum = checksum_of(h); }
 
 // The user data, right after the header.
