@@ -31,8 +31,20 @@ void free_list_damaged(const Block* b) {
                       "was written after the free (a use after free, or an overflow of the block before it)");
 }
 
+namespace {
+BRISK_NOINLINE void* refill(Heap* h, unsigned c, std::size_t size);
+}  // namespace
+
+// The mode's test first, before any register is saved: in debug mode every allocation of a
+// thread heap comes here. The refill proper is out of line (one jump more for it).
 BRISK_NOINLINE void* alloc_refill(Heap* h, unsigned c, std::size_t size) {
   if (BRISK_UNLIKELY(debug_mode_on()) && !h->is_debug) return g_debug_hooks.alloc(size);
+  return refill(h, c, size);
+}
+
+namespace {
+
+BRISK_NOINLINE void* refill(Heap* h, unsigned c, std::size_t size) {
   if (BRISK_UNLIKELY(!heap_is_attached(h))) {
     void* p;
     if (h == &g_exited_heap) {
@@ -90,6 +102,8 @@ BRISK_NOINLINE void* alloc_refill(Heap* h, unsigned c, std::size_t size) {
   return alloc_small(h, c, size);  // the current span has a free block now
 }
 
+}  // namespace
+
 BlockRef checked_block(const void* p, const char* what) {
   auto a = reinterpret_cast<std::uintptr_t>(p);
   std::uint8_t kind = region_kind(a);
@@ -129,9 +143,29 @@ void free_claimed(Heap* h, Span* s, Block* b, Heap* owner) {
 
 }  // namespace
 
+namespace {
+
+BRISK_NOINLINE void free_release_slow(void* p);
+
+// A free that may be of a debug block: the debug layer's, unless p is no debug block.
+BRISK_NOINLINE void free_maybe_debug(void* p) {
+  if (g_debug_hooks.free(p)) return;
+  free_release_slow(p);
+}
+
+}  // namespace
+
+// Both tests first, before any register is saved: in debug mode every free of a debug block
+// comes here. The release path proper is out of line (one jump more for it).
 BRISK_NOINLINE void free_slow(void* p) {
   if (p == nullptr) return;
-  if (BRISK_UNLIKELY(g_debug_blocks_may_exist.load(std::memory_order_acquire)) && g_debug_hooks.free(p)) return;
+  if (BRISK_UNLIKELY(g_debug_blocks_may_exist.load(std::memory_order_acquire))) return free_maybe_debug(p);
+  free_release_slow(p);
+}
+
+namespace {
+
+BRISK_NOINLINE void free_release_slow(void* p) {
   auto a = reinterpret_cast<std::uintptr_t>(p);
   BlockRef ref = checked_block(p, "invalid free of");
   if (ref.large != nullptr) {
@@ -176,6 +210,8 @@ BRISK_NOINLINE void free_slow(void* p) {
   if (s->kind == SpanKind::kSmall && owner != &g_orphan_heap && foreign_cache_add(h, s, b)) return;
   free_claimed(h, s, b, owner);
 }
+
+}  // namespace
 
 void heap_refresh_levers_slow(Heap* h) {
   // The epoch first (an acquire), then the strategy it follows, and the lever computed from
