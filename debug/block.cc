@@ -641,24 +641,17 @@ void leave_quarantine_all(const QuarantinedBlock* blocks, std::size_t n) {
 
 namespace {
 
-// A block marked kQuarantined, in no list yet: its freed pattern, then the quarantine.
-void enter_quarantine(Header* h) {
-  fill_user(h, kFreedByte);
-  const QuarantinedBlock b = quarantined(h);
-  push_to_quarantine(&b, 1);
-}
-
 // Blocks up to this user size wait in their debug heap's batch (DebugHeap::freed) before the
 // quarantine, filled under its lock: at most 16 x 1 KiB (plus headers) per heap outside the
 // quarantine's budget, and a fill short enough to hold the lock for.
 constexpr std::size_t kBatchedMax = 1024;
 
 // Under d->live_lock, for h, a block of d just marked kQuarantined: fills it and adds it to d's
-// batch when it is small (and the quarantine is on), returning true; else false, and h is for
-// enter_quarantine's path. *out, *n: the batch, taken out of d, when it is full or h is not
-// batched (so that h follows the blocks freed before it into the quarantine). Blocks that
-// realloc moved, and frees reported as misuse, go to the quarantine without the batch: ahead
-// of a batch's blocks, which then wait longer, never less.
+// batch when it is small (and the quarantine is on), returning true; else false, and h goes to
+// the quarantine alone (quarantine_released). *out, *n: the batch, taken out of d, when it is
+// full or h is not batched (so that h follows the blocks freed before it into the quarantine).
+// Frees reported as misuse go to the quarantine without the batch: ahead of a batch's blocks,
+// which then wait longer, never less.
 BRISK_ALWAYS_INLINE bool batch_freed(DebugHeap* d, Header* h, QuarantinedBlock* out, std::size_t* n) {
   BRISK_ASSERT(d->live_lock.is_locked() && h->state == State::kQuarantined);
   bool batched = h->user_size <= kBatchedMax && g_quarantine.shard_budget() != 0;
@@ -765,20 +758,22 @@ bool release(void* p, Kind kind, std::size_t sized) {
   return quarantine_released(h, batched, out, n);
 }
 
-ReallocCheck check_before_realloc(void* p, std::size_t* user_size) {
-  bool in_debug_memory;
-  DebugHeap* d;
-  Header* h = header_of(p, &in_debug_memory, &d);
+namespace {
+
+// check_before_realloc of a pointer header_of placed in no debug heap (as release_unplaced).
+BRISK_NOINLINE ReallocCheck realloc_unplaced(const void* p, const Header* h, bool in_debug_memory) {
   if (h == nullptr) {
     if (!in_debug_memory) return ReallocCheck::kNotDebug;
     problem_at("realloc of a pointer that is no debug block", p);
     return ReallocCheck::kBad;
   }
-  if (d == nullptr) {
-    header_damaged(h);
-    return ReallocCheck::kBad;
-  }
-  std::uint32_t stack = capture(0, Site::kRealloc);
+  header_damaged(h);
+  return ReallocCheck::kBad;
+}
+
+// check_before_realloc of a block its fast path found not live and intact, or not a malloc
+// block: decided again under the lock, and reported after it.
+BRISK_NOINLINE ReallocCheck realloc_checked(DebugHeap* d, Header* h, std::size_t* user_size, std::uint32_t stack) {
   Snapshot s;
   bool live = false;
   {
@@ -793,8 +788,6 @@ ReallocCheck check_before_realloc(void* p, std::size_t* user_size) {
       h->state = State::kKept;  // never reused
       seal(h);
     } else {
-      // Freed here, under the one lock this realloc takes: the caller copies it and hands it to
-      // realloc_done, so the free after the copy repeats neither the lookup nor the checks.
       live = true;
       mark_freed(d, h, mix, stack, State::kQuarantined);
       if (const char* misuse = kind_mismatch(h->kind, Kind::kMalloc)) take_snapshot(&s, misuse, h, nullptr);
@@ -803,6 +796,29 @@ ReallocCheck check_before_realloc(void* p, std::size_t* user_size) {
   }
   if (s.problem != nullptr) problem_found(s);
   return live ? ReallocCheck::kLive : ReallocCheck::kBad;
+}
+
+}  // namespace
+
+ReallocCheck check_before_realloc(void* p, std::size_t* user_size) {
+  bool in_debug_memory;
+  DebugHeap* d;
+  Header* h = find_header(p, &in_debug_memory, &d);
+  if (BRISK_UNLIKELY(h == nullptr || d == nullptr)) return realloc_unplaced(p, h, in_debug_memory);
+  const std::uint32_t stack = capture(0, Site::kRealloc);
+  {
+    LiveLock g(d);
+    // The common case inline, as release's: a live, intact malloc block. Freed here, under the
+    // one lock this realloc takes: the caller copies it and hands it to realloc_done, so the
+    // free after the copy repeats neither the lookup nor the checks.
+    std::uint64_t mix = 0;
+    if (BRISK_LIKELY(h->state == State::kLive && edges_intact(h, mix = mix_of(h)) && kinds_match(h->kind, Kind::kMalloc))) {
+      mark_freed(d, h, mix, stack, State::kQuarantined);
+      *user_size = h->user_size;
+      return ReallocCheck::kLive;
+    }
+  }
+  return realloc_checked(d, h, user_size, stack);
 }
 
 bool realloc_in_place(void* p, std::size_t size) {
@@ -850,9 +866,20 @@ bool realloc_in_place(void* p, std::size_t size) {
 void realloc_done(void* p, bool moved) {
   auto* h = reinterpret_cast<Header*>(static_cast<char*>(p) - kHeaderBytes);
   BRISK_ASSERT(h->state == State::kQuarantined);
-  if (moved) return enter_quarantine(h);
-  // No new block: p stays the program's, live again.
   DebugHeap* d = heap_of(h);
+  if (moved) {
+    // Into its heap's batch, as a free of it would go (one lock, instead of a shard's per block).
+    QuarantinedBlock out[DebugHeap::kFreedBatch + 1];
+    std::size_t n = 0;
+    bool batched;
+    {
+      LiveLock g(d);
+      batched = batch_freed(d, h, out, &n);
+    }
+    quarantine_released(h, batched, out, n);
+    return;
+  }
+  // No new block: p stays the program's, live again.
   LiveLock g(d);
   h->free_thread = 0;
   h->free_stack = kNoStack;
