@@ -131,9 +131,6 @@ bool underlying_is_debug_block(std::uintptr_t block) {
 
 DebugHeap* heap_of(const Header* h);
 
-// The debug block whose user pointer is p, or nullptr. *in_debug_memory: p lies in memory that
-// holds debug blocks (so a failed lookup is a bad pointer, not a release block). *heap, with a
-// block: heap_of(block), found on the way for a block in a chunk.
 namespace {
 
 // header_of's part for a pointer into a large block's first region (kind: its region byte).
@@ -152,8 +149,11 @@ BRISK_NOINLINE Header* large_header_from(std::uintptr_t a, std::uint8_t kind, bo
   return reinterpret_cast<Header*>(a - kHeaderBytes);
 }
 
-// header_of, inline where a free needs it: a pointer into a chunk (a small or medium block)
-// costs no call and no out-parameter in memory; large blocks go out of line.
+// The debug block whose user pointer is p, or nullptr. *in_debug_memory: p lies in memory that
+// holds debug blocks (so a failed lookup is a bad pointer, not a release block). *heap, with a
+// block: heap_of(block), found on the way for a block in a chunk. Inline where a free or
+// realloc needs it: a pointer into a chunk (a small or medium block) costs no call and no
+// out-parameter in memory; large blocks go out of line. header_of is its called form.
 BRISK_ALWAYS_INLINE Header* find_header(const void* p, bool* in_debug_memory, DebugHeap** heap) {
   *in_debug_memory = false;
   *heap = nullptr;
@@ -611,8 +611,8 @@ bool usable_size(const void* p, std::size_t* size) {
 namespace {
 
 // A live block freed by this thread (d->live_lock held): out of the live list, into `state`.
-// mix: the header's mix_of as it is (damage_of's): the new checksum is that mix with the free's
-// fields changed.
+// mix: the header's mix_of as it is, verified against its checksum (by edges_intact or
+// damage_of): the new checksum is that mix with the free's fields changed.
 BRISK_ALWAYS_INLINE void mark_freed(DebugHeap* d, Header* h, std::uint64_t mix, std::uint32_t stack, State state) {
   BRISK_ASSERT(d->live_lock.is_locked() && h->state == State::kLive && mix == mix_of(h));
   const std::uint32_t thread = thread_number();
