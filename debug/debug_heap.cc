@@ -78,32 +78,7 @@ void free_in_debug_heap(char* u) {
   }
 }
 
-void link_live(DebugHeap* d, Header* h) {
-  BRISK_ASSERT(d->live_lock.is_locked());
-  h->prev = nullptr;
-  h->next = d->live;
-  if (d->live != nullptr) d->live->prev = h;
-  d->live = h;
-}
-
 BRISK_NOINLINE void link_full_made_ring(DebugHeap* d) { LiveLock g(d); }
-
-void unlink_live(DebugHeap* d, Header* h) {
-  BRISK_ASSERT(d->live_lock.is_locked());
-  if (h->prev != nullptr) h->prev->next = h->next;
-  else d->live = h->next;
-  if (h->next != nullptr) h->next->prev = h->prev;
-  h->prev = h->next = nullptr;
-}
-
-void link_made(DebugHeap* d) {
-  BRISK_ASSERT(d->live_lock.is_locked());
-  std::uint32_t head = d->made_head.load(std::memory_order_relaxed);
-  const std::uint32_t tail = d->made_tail.load(std::memory_order_acquire);
-  if (head == tail) return;
-  for (; head != tail; ++head) link_live(d, d->made[head % DebugHeap::kMadeBatch]);
-  d->made_head.store(head, std::memory_order_release);
-}
 
 void heaps_lock_all() {
   g_registry_lock.lock();

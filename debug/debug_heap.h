@@ -9,13 +9,12 @@
 #include <cstdint>
 
 #include "core/lock.h"
+#include "debug/block_layout.h"
 #include "debug/quarantine.h"
 #include "debug/stack_trace.h"
 #include "threadcache/heap.h"
 
 namespace brisk::debug {
-
-struct Header;  // a debug block's header (block.cc)
 
 struct DebugHeap : Heap {
   DebugHeap() : Heap(&g_empty_span) { is_debug = true; }
@@ -62,9 +61,22 @@ struct DebugHeap : Heap {
   DebugHeap* registry_next = nullptr;  // the next older debug heap; set before publication
 };
 
-// The live list, under d->live_lock: h at its head, or out of it.
-void link_live(DebugHeap* d, Header* h);
-void unlink_live(DebugHeap* d, Header* h);
+// The live list, under d->live_lock: h at its head, or out of it. Inline: a debug free unlinks
+// one block and links the blocks made since the last lock.
+inline void link_live(DebugHeap* d, Header* h) {
+  BRISK_ASSERT(d->live_lock.is_locked());
+  h->prev = nullptr;
+  h->next = d->live;
+  if (d->live != nullptr) d->live->prev = h;
+  d->live = h;
+}
+inline void unlink_live(DebugHeap* d, Header* h) {
+  BRISK_ASSERT(d->live_lock.is_locked());
+  if (h->prev != nullptr) h->prev->next = h->next;
+  else d->live = h->next;
+  if (h->next != nullptr) h->next->prev = h->prev;
+  h->prev = h->next = nullptr;
+}
 // A full ring of blocks made: linked, under d's lock (add_made's rare case, out of line so that
 // the common case saves no registers).
 void link_full_made_ring(DebugHeap* d);
@@ -78,7 +90,14 @@ inline void add_made(DebugHeap* d, Header* h) {
   d->made_tail.store(tail + 1, std::memory_order_release);
 }
 // Puts the blocks d's owner made since the last call on d's live list (live_lock held).
-void link_made(DebugHeap* d);
+inline void link_made(DebugHeap* d) {
+  BRISK_ASSERT(d->live_lock.is_locked());
+  std::uint32_t head = d->made_head.load(std::memory_order_relaxed);
+  const std::uint32_t tail = d->made_tail.load(std::memory_order_acquire);
+  if (head == tail) return;
+  for (; head != tail; ++head) link_live(d, d->made[head % DebugHeap::kMadeBatch]);
+  d->made_head.store(head, std::memory_order_release);
+}
 
 // d->live_lock, held for its scope, with every block made before it on the live list.
 class LiveLock {
