@@ -664,9 +664,13 @@ BRISK_ALWAYS_INLINE bool batch_freed(DebugHeap* d, Header* h, QuarantinedBlock* 
   return batched;
 }
 
-}  // namespace
-
-namespace {
+// The common case of a free and of a realloc, under d's lock: h live, its header, guard and
+// canary intact; *mix its verified mix (mark_freed's input).
+BRISK_ALWAYS_INLINE bool live_and_intact(const Header* h, std::uint64_t* mix) {
+  if (h->state != State::kLive) return false;
+  *mix = mix_of(h);
+  return edges_intact(h, *mix);
+}
 
 // The end of a release: h into the quarantine behind its heap's batch, taken out in out[0, n)
 // (unless h joined the batch).
@@ -746,9 +750,8 @@ bool release(void* p, Kind kind, std::size_t sized) {
     LiveLock g(d);
     // The common case, inline and without a report's snapshot: a live, intact block freed by a
     // function of its kind and size. Anything else is release_checked's.
-    std::uint64_t mix = 0;
-    plain = h->state == State::kLive && edges_intact(h, mix = mix_of(h)) && kinds_match(h->kind, kind) &&
-            (sized == kUnsized || sized == h->user_size);
+    std::uint64_t mix;
+    plain = live_and_intact(h, &mix) && kinds_match(h->kind, kind) && (sized == kUnsized || sized == h->user_size);
     if (BRISK_LIKELY(plain)) {
       mark_freed(d, h, mix, stack, State::kQuarantined);
       batched = batch_freed(d, h, out, &n);
@@ -809,10 +812,11 @@ ReallocCheck check_before_realloc(void* p, std::size_t* user_size) {
   {
     LiveLock g(d);
     // The common case inline, as release's: a live, intact malloc block. Freed here, under the
-    // one lock this realloc takes: the caller copies it and hands it to realloc_done, so the
-    // free after the copy repeats neither the lookup nor the checks.
-    std::uint64_t mix = 0;
-    if (BRISK_LIKELY(h->state == State::kLive && edges_intact(h, mix = mix_of(h)) && kinds_match(h->kind, Kind::kMalloc))) {
+    // lock: the caller copies it and hands it to realloc_done (which takes the lock again to
+    // put a moved block into its heap's batch), so the free after the copy repeats neither the
+    // lookup nor the checks.
+    std::uint64_t mix;
+    if (BRISK_LIKELY(live_and_intact(h, &mix) && kinds_match(h->kind, Kind::kMalloc))) {
       mark_freed(d, h, mix, stack, State::kQuarantined);
       *user_size = h->user_size;
       return ReallocCheck::kLive;

@@ -78,8 +78,8 @@ inline constexpr std::size_t kUnsized = SIZE_MAX;
 bool release(void* p, Kind kind, std::size_t sized);
 // Before realloc moves a block: kLive when p is a sound live debug block (*user_size: its
 // size), now freed but in no list: the caller allocates the new block in the current mode,
-// copies p's contents (still intact) and calls realloc_done(p, true), which puts p in the
-// quarantine, or realloc_done(p, false) when it could not allocate (p is live again) or for
+// copies p's contents (still intact) and calls realloc_done(p, true), which frees p into the
+// quarantine as a free would (through its heap's batch), or realloc_done(p, false) when it could not allocate (p is live again) or for
 // realloc(p, 0) with true. A free of p meanwhile is a double free. kBad when p is a debug
 // block or debug memory with a problem (reported; realloc fails with EINVAL), kNotDebug
 // otherwise.
