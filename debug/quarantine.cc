@@ -37,19 +37,25 @@ Quarantine::Shard& Quarantine::my_shard() {
   return shards_[t_shard - 1];
 }
 
-bool Quarantine::over_budget(const Shard& shard) const {
+bool Quarantine::over_budget(std::size_t bytes, std::size_t count) const {
   // The newest block stays even alone over the budget (when there is one), so that a block
   // larger than a shard's budget is quarantined too, until the shard's next push.
-  return shard.bytes > shard_budget_ && (shard.count > 1 || shard_budget_ == 0);
+  return bytes > shard_budget_ && (count > 1 || shard_budget_ == 0);
+}
+
+QuarantinedBlock Quarantine::take_oldest(const QuarantinedBlock* ring, std::size_t capacity, std::size_t& head,
+                                         std::size_t& count, std::size_t& bytes) {
+  BRISK_ASSERT(count > 0);
+  const QuarantinedBlock oldest = ring[head];
+  bytes -= oldest.bytes;
+  head = head + 1 == capacity ? 0 : head + 1;
+  --count;
+  return oldest;
 }
 
 QuarantinedBlock Quarantine::pop_oldest(Shard& shard) {
-  BRISK_ASSERT(shard.lock.is_locked() && shard.count > 0);
-  const QuarantinedBlock oldest = shard.ring[shard.head];
-  shard.bytes -= oldest.bytes;
-  shard.head = shard.head + 1 == capacity_ ? 0 : shard.head + 1;
-  --shard.count;
-  return oldest;
+  BRISK_ASSERT(shard.lock.is_locked());
+  return take_oldest(shard.ring, capacity_, shard.head, shard.count, shard.bytes);
 }
 
 std::size_t Quarantine::push(const QuarantinedBlock* blocks, std::size_t count, QuarantinedBlock* evicted,
@@ -63,13 +69,7 @@ std::size_t Quarantine::push(const QuarantinedBlock* blocks, std::size_t count, 
   QuarantinedBlock* const ring = shard.ring;
   const std::size_t cap = capacity_;
   std::size_t head = shard.head, held = shard.count, bytes = shard.bytes;
-  auto pop = [&] {
-    const QuarantinedBlock oldest = ring[head];
-    bytes -= oldest.bytes;
-    head = head + 1 == cap ? 0 : head + 1;
-    --held;
-    return oldest;
-  };
+  auto pop = [&] { return take_oldest(ring, cap, head, held, bytes); };
   std::size_t n = 0;
   for (std::size_t i = 0; i < count; ++i) {
     if (BRISK_UNLIKELY(held == cap)) evicted[n++] = pop();
@@ -79,8 +79,7 @@ std::size_t Quarantine::push(const QuarantinedBlock* blocks, std::size_t count, 
     ++held;
     bytes += blocks[i].bytes;
   }
-  // over_budget, on the locals.
-  while (n < capacity && bytes > shard_budget_ && (held > 1 || shard_budget_ == 0)) evicted[n++] = pop();
+  while (n < capacity && over_budget(bytes, held)) evicted[n++] = pop();
   // Blocks leave in ring order, about as many per push as it brought once the shard is full,
   // each after it sat here long enough to leave every cache: its header and first bytes were
   // the first miss of a debug free (perf: 27% of MMtest small's time without stacks, in the
@@ -105,7 +104,7 @@ std::size_t Quarantine::take_excess(QuarantinedBlock* out, std::size_t capacity)
   Shard& shard = my_shard();
   LockGuard guard(shard.lock);
   std::size_t n = 0;
-  while (n < capacity && over_budget(shard)) out[n++] = pop_oldest(shard);
+  while (n < capacity && over_budget(shard.bytes, shard.count)) out[n++] = pop_oldest(shard);
   return n;
 }
 

@@ -92,12 +92,17 @@ class Quarantine {
     std::uint64_t active_ms = 0;      // and when it last saw them move (0: not yet looked)
   };
   Shard& my_shard();
+  // The oldest block of a ring of capacity entries whose state is head, count and bytes (a
+  // shard's, or push's copy of it), taken out; the ring is not empty.
+  static QuarantinedBlock take_oldest(const QuarantinedBlock* ring, std::size_t capacity, std::size_t& head,
+                                      std::size_t& count, std::size_t& bytes);
   // The shard's oldest block, taken out. The shard's lock is held and it is not empty.
   QuarantinedBlock pop_oldest(Shard& shard);
   // Up to capacity of the shard's blocks, oldest first, into out; the shard's lock is held.
   std::size_t pop_up_to(Shard& shard, QuarantinedBlock* out, std::size_t capacity);
-  // Whether push and take_excess take another block out (the shard's lock is held).
-  bool over_budget(const Shard& shard) const;
+  // Whether push and take_excess take another block out of a shard holding count blocks of
+  // bytes in all (its lock held).
+  bool over_budget(std::size_t bytes, std::size_t count) const;
 
   Shard shards_[kShards];
   std::size_t capacity_ = 0;  // ring entries per shard
