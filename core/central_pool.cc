@@ -5,6 +5,7 @@
 namespace brisk {
 
 CentralPool g_central[kCentralPools];
+std::atomic<std::size_t> CentralPool::g_kept_span_bytes{0};
 
 Span* central_take(unsigned c, Heap* new_owner) {
   CentralPool& pool = g_central[c];
@@ -12,9 +13,14 @@ Span* central_take(unsigned c, Heap* new_owner) {
   if (!pool.nonempty.load(std::memory_order_relaxed)) return nullptr;
   LockGuard g(pool.lock);
   Span* s = pool.available.head;
-  if (s == nullptr) return nullptr;
+  if (s != nullptr) {
+    pool.remove(s);
+  } else {
+    s = pool.kept_head;
+    if (s == nullptr) return nullptr;
+    pool.remove_kept(s);
+  }
   BRISK_ASSERT(s->kind == SpanKind::kSmall && s->size_class == c && s->has_room());
-  pool.remove(s);
   s->owner.store(new_owner, std::memory_order_release);
   stats::add(&stats::Stripe::spans_orphaned, -1);
   return s;

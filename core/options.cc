@@ -175,6 +175,10 @@ constexpr Option kTable[] = {
     // Room that the thread's own frees make stays its own. Free room then serves whichever
     // thread runs short of the class, not only the thread that happens to own the span.
     {Id::kSpanKeep, "BRISK_SPAN_KEEP", {0, 4, 1}, 0, 1 << 20},
+    // Emptied small spans kept whole in their class's central pool (threadcache/orphans.cc,
+    // keep_empty_span), by the bytes their blocks may have written; each goes back to its chunk
+    // after BRISK_PURGE_DELAY_MS unused. MEASURED-LATER.
+    {Id::kKeptSpanBytes, "BRISK_KEPT_SPAN_BYTES", {64 * MiB, 16 * MiB, 0}, 0, std::int64_t{1} << 40},
 };
 constexpr unsigned kOptionCount = static_cast<unsigned>(Id::kCount);
 static_assert(sizeof kTable / sizeof kTable[0] == kOptionCount, "one row per option id");

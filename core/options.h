@@ -45,6 +45,7 @@ enum class Id : unsigned {
   kDebugReallocMoves, // BRISK_DEBUG_REALLOC_MOVES: 1: debug mode's realloc moves every block, never resizing in place
   kPopulate,          // BRISK_POPULATE: carving makes the fresh OS pages it writes present by madvise, up to this many a call
   kSpanKeep,          // BRISK_SPAN_KEEP: spans with free blocks a thread keeps per class beside its current one (0: all)
+  kKeptSpanBytes,     // BRISK_KEPT_SPAN_BYTES: bytes of emptied small spans the central pools keep whole for their class
   kCount
 };
 

@@ -67,6 +67,14 @@ struct alignas(BRISK_CACHELINE) Span {
   // carving asks the kernel for the fresh OS pages it writes only where the bit is clear or the
   // chunk's os_pages record says so, span_pages.cc).
   std::uint8_t resident_pages = 0;
+  // An emptied small span kept whole by its class's central pool for the class's next span
+  // (threadcache/orphans.cc, keep_empty_span): on that pool's kept list; when it went there
+  // (platform::now_ms, its low 32 bits); the bytes its blocks may have written, which the
+  // pools' budget counts. Under the pool's lock. Here, on the read-mostly line, since no thread
+  // uses a kept span: the line's readers are remote freers, and a kept span has no live block.
+  bool kept = false;
+  std::uint32_t kept_ms = 0;
+  std::uint32_t kept_bytes = 0;
   // Line 1, the owner's: written by its every malloc and free into the span (free, used) and by
   // its list operations. Apart from line 0, so that a thread freeing a block of the span remotely
   // reads a line the owner's fast paths do not keep taking back.

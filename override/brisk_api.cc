@@ -7,6 +7,7 @@
 
 #include <atomic>
 
+#include "core/central_pool.h"
 #include "core/config.h"
 #include "core/options.h"
 #include "core/large.h"
@@ -94,6 +95,7 @@ BRISK_EXPORT void brisk_get_stats(brisk_stats* out) {
       out->large_bytes_mapped > out->large_bytes_cached ? out->large_bytes_mapped - out->large_bytes_cached : 0;
   out->bytes_resident = t.resident_estimate + large_live_mapped + out->large_cache_resident_bytes;
   out->process_rss_bytes = platform::process_resident_bytes();
+  out->kept_span_bytes = CentralPool::g_kept_span_bytes.load(std::memory_order_relaxed);
 }
 
 BRISK_EXPORT size_t brisk_get_class_stats(brisk_class_stats* out, size_t max) {

@@ -405,6 +405,8 @@ TEST_F(Background, APopUnderWayWhenAnInstalledSpanIsPurgedKeepsItsBlock) {
   using namespace brisk;
   constexpr std::size_t kSize = 128;
   std::thread([&] {  // a fresh heap
+    // And a fresh span: not one an earlier test's thread emptied and its class's pool kept.
+    brisk_thread_collect();
     std::vector<void*> blocks;
     for (int i = 0; i < 200; ++i) {
       void* p = brisk_malloc(kSize);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/chunk.h"
+#include "core/options.h"
 #include "core/size_class.h"
 #include "tests/background_fixture.h"
 #include "tests/test_util.h"
@@ -91,6 +92,17 @@ TEST_F(Background, ASpanKeptEmptyForItsClassGoesBackAfterTwoChecks) {
   }
 }
 
+// Class c's spare, which a span that emptied behind the class's current span has just become,
+// stays at the next check of its thread's and goes back at the one after.
+void ExpectTheSpareGoesAtTheSecondCheck(unsigned c) {
+  brisk::Span* spare = brisk::t_heap->spare[c];
+  ASSERT_NE(spare, nullptr) << "a span of the class that emptied behind the current one is its spare";
+  OwnPurge();
+  EXPECT_EQ(brisk::t_heap->spare[c], spare);
+  OwnPurge();
+  EXPECT_EQ(brisk::t_heap->spare[c], nullptr) << "an idle spare was kept";
+}
+
 TEST_F(Background, ARetainedClassSpareGoesBackAfterTwoChecks) {
   constexpr std::size_t kSize = 12000;  // 2-page spans of 10 blocks
   const unsigned c = brisk::size_to_class_compute(kSize);
@@ -99,13 +111,26 @@ TEST_F(Background, ARetainedClassSpareGoesBackAfterTwoChecks) {
   std::vector<void*> blocks;
   for (unsigned i = 0; i < 2 * brisk::kClasses[c].capacity; ++i) blocks.push_back(brisk_malloc(kSize));  // two spans at least
   for (void* p : blocks) brisk_free(p);
-  brisk::Span* spare = brisk::t_heap->spare[c];
-  ASSERT_NE(spare, nullptr) << "a span of the class that emptied behind the current one is its spare";
-  OwnPurge();
-  EXPECT_EQ(brisk::t_heap->spare[c], spare);
-  OwnPurge();
-  EXPECT_EQ(brisk::t_heap->spare[c], nullptr) << "an idle spare was kept";
+  ExpectTheSpareGoesAtTheSecondCheck(c);
   EXPECT_EQ(InstalledSpanOf(kSize), &brisk::g_empty_span);
+}
+
+// The same for a one-page class's spare (span_pages.cc's keep_spare), which its thread keeps
+// unless it emptied while the class was the one refilled last.
+TEST_F(Background, AOnePageClassSpareGoesBackAfterTwoChecks) {
+  if (brisk::options::get(brisk::options::Id::kKeptSpanBytes) == 0) GTEST_SKIP() << "no one-page spares";
+  constexpr std::size_t kSize = 40 * 1024;  // one block a one-page span
+  const unsigned c = brisk::size_to_class_compute(kSize);
+  ASSERT_EQ(brisk::kClasses[c].span_pages, 1u);
+  void* first = brisk_malloc(kSize);
+  void* second = brisk_malloc(kSize);  // the class's current span
+  // A refill of another class since: of two blocks of a class of one block a span, the second
+  // needs one whatever spans the thread kept.
+  void* other[2] = {brisk_malloc(36 * 1024), brisk_malloc(36 * 1024)};
+  brisk_free(first);
+  ExpectTheSpareGoesAtTheSecondCheck(c);
+  brisk_free(second);
+  for (void* p : other) brisk_free(p);
 }
 
 TEST_F(Background, ASpanEmptiedAgainBetweenChecksStays) {

@@ -211,13 +211,17 @@ TEST(Span, CarvingBlocksAbove4KiBAsksOnlyForAPageABlockStarts) {
   }).join();
 }
 
-TEST(Span, AFullSpanThatEmptiesGoesBackToItsChunk) {
+TEST(Span, AFullSpanThatEmptiesIsKeptAsItsClassesSpareThenGoesBackToItsChunk) {
   std::thread([] {
     // Fill more than one span of the 64 KiB class, so the first span is no longer the class's
-    // current span; emptying it releases its pages.
+    // current span; emptying it makes it the class's spare (span_pages.cc's keep_spare), and a
+    // collect gives its pages back.
     const unsigned per_span = kClasses[kNumClasses - 1].capacity;
     std::vector<void*> blocks;
     for (unsigned i = 0; i < per_span + (per_span + 1) / 2; ++i) blocks.push_back(brisk_malloc(64 * 1024));
+    // A refill of another class since: a span emptied in the class refilled last goes back at
+    // once (span_pages.cc's heap_cycles_class).
+    void* other = brisk_malloc(48 * 1024);
     Span* first = span_of(blocks[0]);
     Chunk* chunk = chunk_of(reinterpret_cast<std::uintptr_t>(first->start));
     unsigned page = first->first_page;
@@ -227,10 +231,17 @@ TEST(Span, AFullSpanThatEmptiesGoesBackToItsChunk) {
     ASSERT_EQ(in_first.size(), per_span);
     ASSERT_NE(t_heap->current[kNumClasses - 1], first);
     for (void* p : in_first) brisk_free(p);
+    if (options::get(options::Id::kRetainedBytes) >= std::size_t{per_span} * 64 * 1024 &&
+        options::get(options::Id::kKeptSpanBytes) != 0) {
+      EXPECT_EQ(t_heap->spare[kNumClasses - 1], first) << "the emptied span is the class's spare";
+      EXPECT_EQ(chunk->page_span[page], first);
+      brisk_thread_collect();  // gives back the spares
+    }
     EXPECT_EQ(chunk->page_span[page], &chunk->spans[0]) << "the emptied span's pages are free";
     EXPECT_NE(chunk->free_pages.load() & (std::uint64_t{1} << page), 0u);
     for (void* p : blocks)
       if (span_of(p) != &chunk->spans[0]) brisk_free(p);
+    brisk_free(other);
   }).join();
 }
 

@@ -352,7 +352,8 @@ TEST(Stats, JsonOutputParsesAndNamesEveryField) {
                             "medium_bytes_in_use", "large_bytes_in_use", "small_live_blocks", "medium_live_blocks",
                             "thread_cache_bytes", "central_pool_bytes", "remote_queued_bytes",
                             "large_cache_resident_bytes", "chunk_bytes_free", "chunk_bytes_free_resident",
-                            "bytes_mapped", "bytes_resident", "process_rss_bytes", "thread_count"})
+                            "bytes_mapped", "bytes_resident", "process_rss_bytes", "kept_span_bytes",
+                            "thread_count"})
     EXPECT_EQ(json.Count(field), 1u) << field << " in\n" << text;
   EXPECT_GE(json.Count("block_size"), 2u) << text;  // the classes in use
   EXPECT_GE(json.Count("heap_id"), 1u) << text;     // this thread

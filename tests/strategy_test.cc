@@ -217,6 +217,7 @@ TEST(Strategy, TheReadmeLeversTableMatchesTheCode) {
       {"BRISK_MEDIUM_CACHE_BYTES", Id::kMediumCacheBytes}, {"BRISK_FOREIGN_CACHE_BYTES", Id::kForeignCacheBytes},
       {"BRISK_FOREIGN_CACHE_ALWAYS", Id::kForeignCacheAlways}, {"BRISK_LARGE_STASH_BYTES", Id::kLargeStashBytes},
       {"BRISK_POPULATE", Id::kPopulate},            {"BRISK_SPAN_KEEP", Id::kSpanKeep},
+      {"BRISK_KEPT_SPAN_BYTES", Id::kKeptSpanBytes},
   };
   std::string line;
   bool in_section = false;

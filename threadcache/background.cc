@@ -24,6 +24,7 @@
 
 #include <atomic>
 
+#include "core/central_pool.h"
 #include "core/chunk.h"
 #include "core/large.h"
 #include "core/lock.h"
@@ -372,6 +373,9 @@ std::uint64_t background_pass(std::uint64_t now) {
     Heap* d = std::atomic_ref<Heap*>(h->debug).load(std::memory_order_acquire);
     if (d != nullptr && note_idle(d)) bytes += reclaim_locked(d, false) + heap_give_back_kept_tried(d);
   }
+  // Kept empty spans past the purge delay go back to their chunks first, whose decay below (or
+  // their heaps' own purge checks) then gives their pages back.
+  release_kept_spans(now, delay);  // not counted: the pages are not the OS's yet
   chunk_destroy_empty_abandoned();
   bool pending = true;
   if (now - g_last_decay_ms >= delay) {
@@ -381,6 +385,7 @@ std::uint64_t background_pass(std::uint64_t now) {
     bytes += large_cache_decay(now, &pending);
     g_last_decay_ms = now;
   }
+  pending = pending || CentralPool::g_kept_span_bytes.load(std::memory_order_relaxed) != 0;
   g_bytes_returned.fetch_add(bytes, std::memory_order_relaxed);
   if (pending || bytes != 0) {
     g_backoff_ms = kMinSleepMs;

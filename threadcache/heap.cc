@@ -253,6 +253,10 @@ std::size_t heap_collect(Heap* h) {
   drain_orphans();
   heap_release_empty_spans(h);
   medium_cache_flush(h);
+  // The central pools' kept empty spans, which the drains may have added to, as the large cache
+  // is flushed: process-wide caches a collect empties. Before the purge, which then takes
+  // their pages in h's chunks (those in other chunks decay there, or empty them).
+  release_kept_spans(0, 0, true);
   return heap_purge(h, 0);
 }
 

@@ -168,7 +168,7 @@ void heap_detach(Heap* h) {
   while (Span* s = h->all_spans) {
     if (s->listed) h->available[s->size_class].remove(s);
     if (s->used == 0) {
-      heap_release_span(h, s);
+      if (s->kind != SpanKind::kSmall || !heap_keep_empty_span(h, s)) heap_release_span(h, s);
     } else {
       heap_unlink_span(h, s);
       orphan_span(s);

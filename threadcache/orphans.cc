@@ -1,8 +1,13 @@
 // Orphan spans and the orphan queue. See orphans.h.
 #include "threadcache/orphans.h"
 
+#include <atomic>
+
 #include "core/assert.h"
 #include "core/central_pool.h"
+#include "core/chunk.h"
+#include "core/options.h"
+#include "core/platform.h"
 #include "core/report.h"
 #include "core/stats.h"
 #include "threadcache/remote_free.h"
@@ -18,6 +23,127 @@ void orphan_span(Span* s) {
   if (s->kind == SpanKind::kSmall && s->has_room()) pool.push(s);
   stats::add(&stats::Stripe::spans_orphaned, 1);
 }
+bool kept_span_fits(const Span* s) {
+  const std::size_t bytes = round_to_os_page(s->carved_bytes());
+  const auto budget = static_cast<std::size_t>(options::get(options::Id::kKeptSpanBytes));
+  return CentralPool::g_kept_span_bytes.load(std::memory_order_relaxed) + bytes <= budget;
+}
+
+namespace {
+
+// Takes pool's kept spans older than delay_ms (all: every one) off its list, oldest first,
+// into a chain through next; under the pool's lock.
+Span* take_stale_kept_locked(CentralPool& pool, std::uint32_t now, std::uint64_t delay_ms, bool all) {
+  Span* chain = nullptr;
+  while (Span* s = pool.kept_tail) {
+    if (!all && now - s->kept_ms < delay_ms) break;
+    pool.remove_kept(s);
+    stats::add(&stats::Stripe::spans_orphaned, -1);
+    s->next = chain;
+    chain = s;
+  }
+  return chain;
+}
+
+// Outside every pool lock: release_span_pages may take the abandoned-chunk list's lock.
+std::size_t release_kept_chain(Span* chain) {
+  std::size_t bytes = 0;
+  while (Span* s = chain) {
+    chain = s->next;
+    s->next = nullptr;
+    bytes += std::size_t{s->page_count} << kPageShift;
+    release_span_pages(s);
+  }
+  return bytes;
+}
+
+std::atomic<std::uint64_t> g_kept_swept_ms{0};
+
+}  // namespace
+
+void keep_empty_span(Span* s) {
+  BRISK_ASSERT(s->kind == SpanKind::kSmall && s->used == 0 && !s->listed && !s->kept && s->carved_blocks != 0);
+  // Uncarved, so that its next owner cuts its blocks in address order again (popping a free
+  // list left in the order of the last frees scattered mstress's blocks: 1.05x its time), over
+  // pages that carving finds resident (the chunk's os_pages record and resident_pages, which
+  // spare it the populate calls of fresh pages).
+  const std::uint64_t written = written_os_pages(s);
+  const std::size_t bytes = round_to_os_page(s->carved_bytes());
+  const unsigned carved_pages = static_cast<unsigned>((s->carved_bytes() + kPageSize - 1) >> kPageShift);
+  chunk_note_written(chunk_of(reinterpret_cast<std::uintptr_t>(s->start)), s->first_page, s->page_count, written);
+  store_shared(s->resident_pages, static_cast<std::uint8_t>(s->resident_pages | ((1u << carved_pages) - 1)));
+  s->free = nullptr;
+  store_shared(s->carved_blocks, 0u);
+  s->kept_bytes = static_cast<std::uint32_t>(bytes);
+  const std::uint64_t now = platform::now_ms();
+  s->kept_ms = static_cast<std::uint32_t>(now);
+  const auto delay = static_cast<std::uint64_t>(options::get(options::Id::kPurgeDelayMs));
+  CentralPool& pool = g_central[s->size_class];
+  Span* stale;
+  {
+    LockGuard g(pool.lock);
+    s->owner.store(&g_orphan_heap, std::memory_order_release);
+    stale = take_stale_kept_locked(pool, static_cast<std::uint32_t>(now), delay, false);
+    pool.push_kept(s);
+    stats::add(&stats::Stripe::spans_orphaned, 1);
+  }
+  release_kept_chain(stale);
+}
+
+std::size_t release_kept_spans(std::uint64_t now_ms, std::uint64_t delay_ms, bool all) {
+  if (CentralPool::g_kept_span_bytes.load(std::memory_order_relaxed) == 0) return 0;
+  std::size_t bytes = 0;
+  for (unsigned c = 0; c < kNumClasses; ++c) {
+    CentralPool& pool = g_central[c];
+    Span* stale;
+    {
+      LockGuard g(pool.lock);
+      stale = take_stale_kept_locked(pool, static_cast<std::uint32_t>(now_ms), delay_ms, all);
+    }
+    bytes += release_kept_chain(stale);
+  }
+  return bytes;
+}
+
+void release_stale_kept_spans_due(std::uint64_t now_ms, std::uint64_t delay_ms) {
+  if (CentralPool::g_kept_span_bytes.load(std::memory_order_relaxed) == 0) return;
+  std::uint64_t last = g_kept_swept_ms.load(std::memory_order_relaxed);
+  if (now_ms - last < delay_ms ||
+      !g_kept_swept_ms.compare_exchange_strong(last, now_ms, std::memory_order_relaxed))
+    return;
+  release_kept_spans(now_ms, delay_ms);
+}
+
+bool release_kept_span_for_pages(unsigned pages) {
+  if (CentralPool::g_kept_span_bytes.load(std::memory_order_relaxed) == 0) return false;
+  // The pool whose oldest kept span has waited longest, by the unlocked marks: a race only
+  // makes the choice less than the best, and the lock decides what is taken.
+  const auto now = static_cast<std::uint32_t>(platform::now_ms());
+  unsigned best = kNumClasses;
+  std::uint32_t longest = 0;
+  for (unsigned c = 0; c < kNumClasses; ++c) {
+    const CentralPool& pool = g_central[c];
+    if (kClasses[c].span_pages < pages || pool.kept_count.load(std::memory_order_relaxed) == 0) continue;
+    const std::uint32_t waited = now - pool.kept_oldest_ms.load(std::memory_order_relaxed);
+    if (best == kNumClasses || waited > longest) {
+      best = c;
+      longest = waited;
+    }
+  }
+  if (best == kNumClasses) return false;
+  CentralPool& pool = g_central[best];
+  Span* s;
+  {
+    LockGuard g(pool.lock);
+    s = pool.kept_tail;
+    if (s == nullptr) return false;
+    pool.remove_kept(s);
+    stats::add(&stats::Stripe::spans_orphaned, -1);
+  }
+  release_span_pages(s);
+  return true;
+}
+
 // A thread freeing into a span whose owner exited takes the span over (one lock round-trip)
 // instead of sending each block through the orphan queue (one lock round-trip per block): the
 // Larson pattern, where a thread inherits its predecessor's blocks, then frees locally.
@@ -75,7 +201,11 @@ std::size_t process_orphan_block(Block* b) {
     if (owner == nullptr) fatal_pointer_error("invalid free of", b, "its span is not in use");
     send_chain(owner, b, b, size);
   } else if (emptied) {
-    release_span_pages(s);  // no owner and on no list: nobody else can reach it
+    // No owner and on no list: nobody else can reach it.
+    if (s->kind == SpanKind::kSmall && s->carved_blocks != 0 && kept_span_fits(s))
+      keep_empty_span(s);
+    else
+      release_span_pages(s);
   }
   return size;
 }

@@ -10,6 +10,38 @@ namespace brisk {
 
 void orphan_span(Span* s);              // hands a span of an exiting heap to its central pool
 bool adopt_orphan_span(Heap* h, Span* s);  // false if another thread took it first
+// Kept empty spans. A small span whose last block comes back, and that its heap does not keep
+// (as its class's current span or spare), goes whole to its class's central pool rather than
+// giving its pages back to the chunk; so do the empty spans of a heap detaching at thread exit,
+// and an orphan span the orphan queue's drain empties. The next thread short of the class takes
+// it (central_take, after the orphans with live blocks) and carves it again from its first
+// block, over pages that are still resident where the class's blocks were written: a program
+// that writes only part of its blocks (a header, a tail) finds the same offsets present again,
+// where a span of another class cut over those pages puts its blocks' ends on pages that fault.
+// Bounded by BRISK_KEPT_SPAN_BYTES (the bytes the spans' blocks may have written) and by age: a
+// span kept BRISK_PURGE_DELAY_MS goes back to its chunk, whose decay then purges its pages.
+// mimalloc keeps a page that empties in its heap's queue for a few cycles ("retire") for the
+// same reuse; tcmalloc keeps the blocks themselves in size-class caches shared by all threads.
+//
+// Whether s's written bytes fit the budget now (read without a lock: a bound kept within a
+// span or so per thread keeping one at the same moment).
+bool kept_span_fits(const Span* s);
+// s: an empty small span held by no heap and on no list, with carved blocks. Made uncarved
+// (its written OS pages noted as resident), stamped and put on its class's kept list; kept
+// spans of that class older than the purge delay go back to their chunks meanwhile.
+void keep_empty_span(Span* s);
+// Kept spans that went to their pools at least delay_ms before now_ms (every one: all), back to
+// their chunks. Returns their bytes (page runs). brisk_trim (all), the background pass and the
+// heaps' purge checks (release_stale_kept_spans_due: at most once per delay process-wide).
+std::size_t release_kept_spans(std::uint64_t now_ms, std::uint64_t delay_ms, bool all = false);
+void release_stale_kept_spans_due(std::uint64_t now_ms, std::uint64_t delay_ms);
+// For a new small span of `pages` pages that found no resident free pages: the kept span that
+// has waited longest among the classes whose spans have at least that many pages goes back to
+// its chunk, whose resident pages the new span then claims, rather than a fresh page that would
+// fault. A program that moves on through the classes (a string growing by realloc) leaves
+// spans kept for classes it will not use again. False: no such span.
+bool release_kept_span_for_pages(unsigned pages);
+
 // Puts every block in the orphan queue back. Drains run one at a time (a drain lock, taken
 // after a heap's slow lock and before the central pools' locks): drain_orphans waits for one
 // under way, so that once it returns every block queued before it was called is back (a

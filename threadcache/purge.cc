@@ -4,6 +4,7 @@
 #include "core/chunk.h"
 #include "core/options.h"
 #include "core/platform.h"
+#include "threadcache/orphans.h"
 #include "threadcache/span_pages.h"
 
 namespace brisk {
@@ -33,6 +34,9 @@ std::size_t heap_purge(Heap* h, std::size_t keep) {
   // its queue for another of its heaps (reclaim_other_queues from its debug heap's span_create),
   // and a span still marked idle_purged must not be released.
   if (keep != 0 && t_heap == h && h->slow_depth != 0) heap_release_stale_kept_spans(h);
+  // The central pools' kept spans have no heap to check them: any heap's check sweeps them,
+  // once per delay process-wide (the background pass does too, where it runs).
+  release_stale_kept_spans_due(now, delay);
   bool lazy = options::get(options::Id::kPurgeAdvice) == 1 && keep != 0;  // collect is eager
   bool kept_spare = false;
   std::size_t bytes = 0;

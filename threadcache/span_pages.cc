@@ -10,6 +10,7 @@
 #include "core/report.h"
 #include "threadcache/background.h"
 #include "threadcache/medium.h"
+#include "threadcache/orphans.h"
 #include "threadcache/purge.h"
 
 namespace brisk {
@@ -217,6 +218,11 @@ Chunk* claim_pages_for_span(Heap* h, unsigned pages, bool small, unsigned need, 
   if (ch == nullptr && small && pages == 1) ch = take_stale_kept_page(h, &first, dirty);
   if (ch == nullptr && need > 0) ch = chunk_claim_shared(h, pages, true, &first, dirty, need);
   if (ch == nullptr) ch = chunk_claim_shared(h, pages, true, &first, dirty);
+  // The resident pages of a span kept whole for another class (orphans.h), before any fresh one.
+  if (ch == nullptr && small && release_kept_span_for_pages(pages)) {
+    ch = claim_own(true);
+    if (ch == nullptr) ch = chunk_claim_shared(h, pages, true, &first, dirty);
+  }
   if (ch == nullptr) {
     Chunk* c = chunk_adopt(h);
     if (c != nullptr) {
@@ -411,13 +417,13 @@ void reset_span(Span* s) {
 // part has a block start in every OS page; an upper bound for larger ones, which a program may
 // write only in part (asking the kernel with mincore at each such release made larson take 1.5x
 // its time).
+}  // namespace
+
 std::uint64_t written_os_pages(const Span* s) {
   if (s->kind != SpanKind::kSmall) return kAllWritten;
   const std::size_t os_pages = round_to_os_page(s->carved_bytes()) / kOsPageSize;
   return os_pages >= 64 ? kAllWritten : (std::uint64_t{1} << os_pages) - 1;
 }
-
-}  // namespace
 
 // Resets a span's descriptor and gives its pages back to the chunk.
 void release_span_pages(Span* s) {
@@ -438,6 +444,27 @@ std::size_t heap_release_spares(Heap* h) {
   return bytes;
 }
 
+namespace {
+
+// Whether class c is the one h refilled last: a span of c that empties now was emptied by a
+// thread cycling through spans of that class, as a string grown by realloc does in a class of
+// one block a span (the new block's span made, then the old one's emptied), which leaves the
+// class for the next soon. Such a span goes back to its chunk, where the next class's span
+// takes its page at once; kept (as the class's spare, or in its central pool), every class the
+// thread passed through held a second span until the purge delay (MMtest strings, 10 threads:
+// 1.19x the peak RSS, 1.09x the time). (refills != 0: a heap that has refilled nothing yet,
+// freeing the blocks it inherited, would match every class.)
+bool heap_cycles_class(const Heap* h, unsigned c) { return h->refills != 0 && h->refilled_at[c] == h->refills; }
+
+// Counts a span's bytes gone from h towards its next purge check, and runs the check when due.
+void note_released(Heap* h, std::size_t bytes) {
+  h->released_since_purge += bytes;
+  std::size_t keep = static_cast<std::size_t>(options::get(options::Id::kPurgeBytes));
+  if (h->released_since_purge >= keep && !h->purging) heap_purge(h, keep);
+}
+
+}  // namespace
+
 void heap_release_span(Heap* h, Span* s) {
   BRISK_ASSERT(s->used == 0 && s->owner.load(std::memory_order_relaxed) == h && s != &g_empty_span);
   if (s->kind == SpanKind::kSmall && h->spare[s->size_class] == s) h->spare[s->size_class] = nullptr;
@@ -451,9 +478,25 @@ void heap_release_span(Heap* h, Span* s) {
     h->recent_next = static_cast<std::uint8_t>((h->recent_next + 1) % Heap::kRecentReleases);
   }
   release_span_pages(s);
-  h->released_since_purge += bytes;
-  std::size_t keep = static_cast<std::size_t>(options::get(options::Id::kPurgeBytes));
-  if (h->released_since_purge >= keep && !h->purging) heap_purge(h, keep);
+  note_released(h, bytes);
+}
+
+bool heap_keep_empty_span(Heap* h, Span* s) {
+  BRISK_ASSERT(s->kind == SpanKind::kSmall && s->used == 0 && s->owner.load(std::memory_order_relaxed) == h);
+  // Debug heaps keep their spans to themselves (debug_switch.h: a debug block's span is owned
+  // by a debug heap), and a span never carved holds nothing resident to keep.
+  if (h->is_debug || s->carved_blocks == 0 || !kept_span_fits(s)) return false;
+  // Nor one that a running thread empties while it cycles through spans of its class
+  // (heap_cycles_class).
+  const unsigned c = s->size_class;
+  if (h->serving && heap_cycles_class(h, c)) return false;
+  if (h->spare[c] == s) h->spare[c] = nullptr;
+  if (s->listed) h->available[c].remove(s);
+  heap_unlink_span(h, s);
+  const std::size_t bytes = std::size_t{s->page_count} << kPageShift;
+  keep_empty_span(s);
+  note_released(h, bytes);  // gone from the heap as a released span is: the purge checks' pace
+  return true;
 }
 
 namespace {
@@ -476,18 +519,17 @@ void heap_release_empty_spans(Heap* h) {
 
 namespace {
 
-// Carved bytes of the kept classes' current spans and spares: what they hold resident at most
-// (lazy carving touches no page past the carved blocks, but for speed mode's populated batches,
-// populate_carved; pages a span was given already resident
-// are not counted).
+// Carved bytes of the kept classes' current spans and of every class's spare: what they hold
+// resident at most (lazy carving touches no page past the carved blocks, but for speed mode's
+// populated batches, populate_carved; pages a span was given already resident are not counted).
 std::size_t retained_carved_bytes(const Heap* h) {
   std::size_t bytes = 0;
   for (unsigned k = 1; k <= h->retained_count; ++k) {
-    unsigned c = h->retained_classes[(h->retained_next + kRetainedLargeSpans - k) % kRetainedLargeSpans];
-    const Span* s = h->installed[c];
+    const Span* s = h->installed[h->retained_classes[(h->retained_next + kRetainedLargeSpans - k) % kRetainedLargeSpans]];
     if (s != &g_empty_span) bytes += s->carved_bytes();
-    if (h->spare[c] != nullptr) bytes += h->spare[c]->carved_bytes();
   }
+  for (const Span* spare : h->spare)
+    if (spare != nullptr) bytes += spare->carved_bytes();
   return bytes;
 }
 
@@ -625,8 +667,12 @@ void heap_release_stale_kept_spans(Heap* h) {
       heap_release_span(h, spare);  // clears spare[c]
     if (unused_since_last_check(c)) release_retained(h, k);
   }
-  for (unsigned c = 0; c < kNumClasses; ++c)
-    if (!h->retained[c] && unused_since_last_check(c)) release_if_empty(h, c);
+  for (unsigned c = 0; c < kNumClasses; ++c) {
+    if (h->retained[c]) continue;
+    Span* spare = h->spare[c];
+    if (spare != nullptr && spare->used == 0 && spare->emptied_at_check != now) heap_release_span(h, spare);
+    if (unused_since_last_check(c)) release_if_empty(h, c);
+  }
   ++h->purge_checks;
   h->purging = false;
 }
@@ -634,16 +680,30 @@ void heap_release_stale_kept_spans(Heap* h) {
 namespace {
 
 // A retained class's span that empties while another is its current span stays, listed, as
-// the class's spare (one at most, within BRISK_RETAINED_BYTES with the class's current span).
-// A loop that takes one span and a few blocks more of a class and frees them all would
-// otherwise release that span every round and create it again the next (4-block spans of a
-// 48 KiB class: 165 ns a block instead of 46; in low-memory mode, whose new spans give their
-// tails back, 24 us). Returns false: not kept.
+// the class's spare (one at most, within BRISK_RETAINED_BYTES with the kept spans). A loop
+// that takes one span and a few blocks more of a class and frees them all would otherwise
+// release that span every round and create it again the next (4-block spans of a 48 KiB
+// class: 165 ns a block instead of 46; in low-memory mode, whose new spans give their tails
+// back, 24 us). So does a one-page span of a running thread's that empties, full or not,
+// unless the thread is cycling through spans of its class (heap_cycles_class): its next block
+// of the class then takes it back without the central pool's lock, where it would go kept
+// otherwise (heap_keep_empty_span: MMtest medium-raw on 10 threads, whose blocks move class by
+// class through realloc, took 1.22x the time, with 600,000 pool lock acquisitions, 9% of them
+// contended). Not a debug heap's, nor with BRISK_KEPT_SPAN_BYTES at 0 (low-memory's: a spare
+// per class and thread raised its peaks by 1.05-1.19x, prodcons's most). Returns false: not
+// kept.
 bool keep_spare(Heap* h, Span* s) {
   unsigned c = s->size_class;
-  if (!h->retained[c] || h->spare[c] != nullptr || !s->listed) return false;
+  if (h->spare[c] != nullptr) return false;
+  if (h->retained[c]) {
+    if (!s->listed) return false;
+  } else if (s->page_count != 1 || h->is_debug || !h->serving || heap_cycles_class(h, c) ||
+             options::get(options::Id::kKeptSpanBytes) == 0) {
+    return false;
+  }
   auto budget = static_cast<std::size_t>(options::get(options::Id::kRetainedBytes));
   if (retained_carved_bytes(h) + s->carved_bytes() > budget) return false;
+  if (!s->listed) h->available[c].push(s);
   h->spare[c] = s;
   s->emptied_at_check = static_cast<std::uint16_t>(h->purge_checks);
   return true;
@@ -684,6 +744,7 @@ BRISK_NOINLINE void free_local_adjust_locked(Span* s, Heap* h) {
   if (s->kind == SpanKind::kSmall && h->serving && h->installed[s->size_class] == &g_empty_span)
     return install_emptied(h, s);
   if (s->kind == SpanKind::kMedium) return medium_freed(h, s);
+  if (heap_keep_empty_span(h, s)) return;
   heap_release_span(h, s);
 }
 

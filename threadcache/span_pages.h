@@ -46,11 +46,18 @@ void carve(Span* s);                       // cuts the next OS page of s into fr
 void heap_link_span(Heap* h, Span* s);     // onto h's list of all its spans
 void heap_unlink_span(Heap* h, Span* s);   // off that list
 void release_span_pages(Span* s);          // resets s and gives its pages back to the chunk
+// The OS pages of s that may have held data since its pages were claimed, bit i for its i-th
+// (chunk.h's os_pages record): a small span's carved part, a medium span's pages all.
+std::uint64_t written_os_pages(const Span* s);
 // Unlinks s from h, releases it, purges when due. Called with h's slow lock held, by h's owner
 // (HeapSlowLock) or by another thread that took the lock itself (free_remote_medium, the
 // background reclaim, heap_give_back_kept_tried): nothing it calls may take HeapSlowLock, whose
 // nesting count is the owner's alone.
 void heap_release_span(Heap* h, Span* s);
+// With h's slow lock held, as heap_release_span: an emptied small span of h goes to its class's
+// central pool, kept whole (orphans.h, keep_empty_span), unless h is a debug heap, the span was
+// never carved or the pools' budget is spent. False: not kept (the caller releases it).
+bool heap_keep_empty_span(Heap* h, Span* s);
 // With h's slow lock held: gives back every class's spare (span_pages.cc); returns their bytes.
 std::size_t heap_release_spares(Heap* h);
 // With h's slow lock held, by the thread whose fast paths use h's current spans (they do so

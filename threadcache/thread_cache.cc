@@ -31,6 +31,7 @@ std::size_t thread_collect() {
     return bytes + large_cache_flush();
   }
   drain_orphans();
+  release_kept_spans(0, 0, true);  // as heap_collect does
   return large_cache_flush();
 }
 
@@ -58,6 +59,7 @@ std::size_t process_trim() {
   // What the reclaims forwarded there: blocks that reached a heap after it gave their span to
   // the central pool (the span keep), which may empty such spans now.
   drain_orphans();
+  release_kept_spans(0, 0, true);  // to their chunks: the sweep counts their pages
   bytes += chunk_purge_all();
   chunk_destroy_empty_abandoned();  // to the chunk cache, which goes next
   return bytes + chunk_cache_flush();

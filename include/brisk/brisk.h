@@ -115,6 +115,9 @@ typedef struct brisk_stats {
                                     whole, large_cache_resident_bytes. An upper bound of brisk's
                                     share of process_rss_bytes, less what the kernel reclaimed */
   uint64_t process_rss_bytes;    /* resident memory of the whole process (/proc/self/statm) */
+  uint64_t kept_span_bytes;      /* of central_pool_bytes' spans, the emptied ones kept whole for
+                                    their class's next span: the bytes their blocks may have
+                                    written (BRISK_KEPT_SPAN_BYTES bounds it) */
 } brisk_stats;
 
 void brisk_get_stats(brisk_stats* out);
