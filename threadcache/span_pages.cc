@@ -684,21 +684,22 @@ namespace {
 // that takes one span and a few blocks more of a class and frees them all would otherwise
 // release that span every round and create it again the next (4-block spans of a 48 KiB
 // class: 165 ns a block instead of 46; in low-memory mode, whose new spans give their tails
-// back, 24 us). So does a one-page span of a running thread's that empties, full or not,
-// unless the thread is cycling through spans of its class (heap_cycles_class): its next block
-// of the class then takes it back without the central pool's lock, where it would go kept
-// otherwise (heap_keep_empty_span: MMtest medium-raw on 10 threads, whose blocks move class by
-// class through realloc, took 1.22x the time, with 600,000 pool lock acquisitions, 9% of them
-// contended). Not a debug heap's, nor with BRISK_KEPT_SPAN_BYTES at 0 (low-memory's: a spare
-// per class and thread raised its peaks by 1.05-1.19x, prodcons's most). Returns false: not
-// kept.
+// back, 24 us). So does a running thread's one-page span of a class above 16 KiB (1-3 blocks
+// a span, which empty often), unless the thread is cycling through spans of its class
+// (heap_cycles_class): its next block of the class then takes it back without the central
+// pool's lock, where it would go kept otherwise (heap_keep_empty_span: MMtest medium-raw on 10
+// threads, whose blocks move class by class through realloc, took 1.22x the time, with 600,000
+// pool lock acquisitions, 9% of them contended). Not the smaller classes' (a full 64 KiB page
+// each, which their spans rarely empty: spares of them raised larson-classic's peak by 1.07x),
+// nor a debug heap's, nor with BRISK_KEPT_SPAN_BYTES at 0 (low-memory's: a spare per class and
+// thread raised its peaks by 1.05-1.19x, prodcons's most). Returns false: not kept.
 bool keep_spare(Heap* h, Span* s) {
   unsigned c = s->size_class;
   if (h->spare[c] != nullptr) return false;
   if (h->retained[c]) {
     if (!s->listed) return false;
-  } else if (s->page_count != 1 || h->is_debug || !h->serving || heap_cycles_class(h, c) ||
-             options::get(options::Id::kKeptSpanBytes) == 0) {
+  } else if (s->page_count != 1 || s->block_size <= kSmallMax / 4 || h->is_debug || !h->serving ||
+             heap_cycles_class(h, c) || options::get(options::Id::kKeptSpanBytes) == 0) {
     return false;
   }
   auto budget = static_cast<std::size_t>(options::get(options::Id::kRetainedBytes));
