@@ -617,7 +617,9 @@ Chunk* take_stale_kept_page(Heap* h, unsigned* first_out, std::uint64_t* dirty) 
   }
   if (stalest == kNumClasses) return nullptr;
   Span* s = h->installed[stalest];
-  BRISK_ASSERT(!s->listed && h->spare[stalest] == nullptr);
+  // A spare of the class (keep_spare: the classes above 16 KiB keep one) stays the class's, on
+  // its list: the class's next allocation takes it.
+  BRISK_ASSERT(!s->listed && s != h->spare[stalest]);
   h->kept_taken_at[stalest] = h->refills | 1;  // never 0, which means "not taken"
   set_current(h, stalest, &g_empty_span);
   heap_unlink_span(h, s);
