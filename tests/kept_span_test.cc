@@ -183,6 +183,17 @@ TEST_F(KeptSpans, AKeptSpanGoesBackToItsChunkAfterThePurgeDelay) {
   EXPECT_EQ(KeptBytes(), 0u);
 }
 
+// A sweep whose clock was read before a span was kept (the background pass reads it before its
+// parked-heap takes, which keep spans) leaves that span: it is fresh, not ages old.
+TEST_F(KeptSpans, ASweepWithAnEarlierClockLeavesASpanKeptAfterIt) {
+  const std::uint64_t before = g_now.load();
+  g_now += 1;
+  Span* s = SpanLeftByAnExitedThread();
+  ASSERT_TRUE(s->kept);
+  release_kept_spans(before, Delay());
+  EXPECT_TRUE(s->kept) << "a span kept 1 ms after the sweep's clock went as stale";
+}
+
 // brisk_trim gives back every kept span's pages, whatever their age. (Their chunks may be
 // unmapped then, descriptors and all: only the counts are read after it.)
 TEST_F(KeptSpans, TrimGivesBackEveryKeptSpan) {

@@ -384,7 +384,8 @@ void atfork_prepare() {
   // try_lock reaches them (their owners are gone), except pooled heaps', reset below. The
   // order (debug, pool and pass locks, then this) cannot deadlock: whoever else holds a
   // heap's slow lock without owning the heap took it with try_lock and waits on no lock of
-  // prepare's but leaf chunk locks, taken after it here.
+  // prepare's but the central pools' (a span kept whole, orphans.h) and leaf chunk locks,
+  // taken after it here.
   // A thread parked in pthread_join (forking from a signal handler) owns its parked heap: a
   // take under way holds that lock and waits on no lock of prepare's but those taken after it
   // here (central, chunk, large); the child's thread goes back into its join and unparks.

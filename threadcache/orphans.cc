@@ -31,12 +31,20 @@ bool kept_span_fits(const Span* s) {
 
 namespace {
 
+// How long ago a span was kept, in ms: 0 for one kept after `now` was read (a caller reads the
+// clock before work that may keep spans: the background pass before its parked-heap takes, a
+// purge check before its tails), which an unsigned difference would make look ages old.
+std::int64_t kept_age(std::uint32_t now, const Span* s) {
+  const auto age = static_cast<std::int32_t>(now - s->kept_ms);
+  return age < 0 ? 0 : age;
+}
+
 // Takes pool's kept spans older than delay_ms (all: every one) off its list, oldest first,
 // into a chain through next; under the pool's lock.
 Span* take_stale_kept_locked(CentralPool& pool, std::uint32_t now, std::uint64_t delay_ms, bool all) {
   Span* chain = nullptr;
   while (Span* s = pool.kept_tail) {
-    if (!all && now - s->kept_ms < delay_ms) break;
+    if (!all && kept_age(now, s) < static_cast<std::int64_t>(delay_ms)) break;
     pool.remove_kept(s);
     stats::add(&stats::Stripe::spans_orphaned, -1);
     s->next = chain;
@@ -120,11 +128,11 @@ bool release_kept_span_for_pages(unsigned pages) {
   // makes the choice less than the best, and the lock decides what is taken.
   const auto now = static_cast<std::uint32_t>(platform::now_ms());
   unsigned best = kNumClasses;
-  std::uint32_t longest = 0;
+  std::int32_t longest = 0;
   for (unsigned c = 0; c < kNumClasses; ++c) {
     const CentralPool& pool = g_central[c];
     if (kClasses[c].span_pages < pages || pool.kept_count.load(std::memory_order_relaxed) == 0) continue;
-    const std::uint32_t waited = now - pool.kept_oldest_ms.load(std::memory_order_relaxed);
+    const auto waited = static_cast<std::int32_t>(now - pool.kept_oldest_ms.load(std::memory_order_relaxed));
     if (best == kNumClasses || waited > longest) {
       best = c;
       longest = waited;
@@ -156,7 +164,9 @@ bool adopt_orphan_span(Heap* h, Span* s) {
   if (heap_keeps_enough(h, s)) return false;
   {
     LockGuard g(pool.lock);
-    if (s->owner.load(std::memory_order_relaxed) != &g_orphan_heap) return false;
+    // A kept span has no live block: the free is invalid, and the orphan queue's drain reports
+    // it (process_orphan_block: never handed out), the span left on its list.
+    if (s->owner.load(std::memory_order_relaxed) != &g_orphan_heap || s->kept) return false;
     if (s->listed) pool.remove(s);
     s->owner.store(h, std::memory_order_release);
     stats::add(&stats::Stripe::spans_orphaned, -1);
