@@ -375,7 +375,7 @@ std::uint64_t background_pass(std::uint64_t now) {
   }
   // Kept empty spans past the purge delay go back to their chunks first, whose decay below (or
   // their heaps' own purge checks) then gives their pages back.
-  release_kept_spans(now, delay);  // not counted: the pages are not the OS's yet
+  release_kept_spans(now, delay);  // not counted here: the pages are not the OS's yet
   chunk_destroy_empty_abandoned();
   bool pending = true;
   if (now - g_last_decay_ms >= delay) {

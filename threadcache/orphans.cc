@@ -24,6 +24,7 @@ void orphan_span(Span* s) {
   stats::add(&stats::Stripe::spans_orphaned, 1);
 }
 bool kept_span_fits(const Span* s) {
+  if (s->carved_blocks == 0) return false;  // never carved: nothing resident to keep
   const std::size_t bytes = round_to_os_page(s->carved_bytes());
   const auto budget = static_cast<std::size_t>(options::get(options::Id::kKeptSpanBytes));
   return CentralPool::g_kept_span_bytes.load(std::memory_order_relaxed) + bytes <= budget;
@@ -39,14 +40,19 @@ std::int64_t kept_age(std::uint32_t now, const Span* s) {
   return age < 0 ? 0 : age;
 }
 
+// Takes s off pool's kept list to give its pages back (no owner's any more); under the lock.
+void take_kept_locked(CentralPool& pool, Span* s) {
+  pool.remove_kept(s);
+  stats::add(&stats::Stripe::spans_orphaned, -1);
+}
+
 // Takes pool's kept spans older than delay_ms (all: every one) off its list, oldest first,
 // into a chain through next; under the pool's lock.
 Span* take_stale_kept_locked(CentralPool& pool, std::uint32_t now, std::uint64_t delay_ms, bool all) {
   Span* chain = nullptr;
   while (Span* s = pool.kept_tail) {
     if (!all && kept_age(now, s) < static_cast<std::int64_t>(delay_ms)) break;
-    pool.remove_kept(s);
-    stats::add(&stats::Stripe::spans_orphaned, -1);
+    take_kept_locked(pool, s);
     s->next = chain;
     chain = s;
   }
@@ -54,15 +60,12 @@ Span* take_stale_kept_locked(CentralPool& pool, std::uint32_t now, std::uint64_t
 }
 
 // Outside every pool lock: release_span_pages may take the abandoned-chunk list's lock.
-std::size_t release_kept_chain(Span* chain) {
-  std::size_t bytes = 0;
+void release_kept_chain(Span* chain) {
   while (Span* s = chain) {
     chain = s->next;
     s->next = nullptr;
-    bytes += std::size_t{s->page_count} << kPageShift;
     release_span_pages(s);
   }
-  return bytes;
 }
 
 std::atomic<std::uint64_t> g_kept_swept_ms{0};
@@ -98,9 +101,8 @@ void keep_empty_span(Span* s) {
   release_kept_chain(stale);
 }
 
-std::size_t release_kept_spans(std::uint64_t now_ms, std::uint64_t delay_ms, bool all) {
-  if (CentralPool::g_kept_span_bytes.load(std::memory_order_relaxed) == 0) return 0;
-  std::size_t bytes = 0;
+void release_kept_spans(std::uint64_t now_ms, std::uint64_t delay_ms, bool all) {
+  if (CentralPool::g_kept_span_bytes.load(std::memory_order_relaxed) == 0) return;
   for (unsigned c = 0; c < kNumClasses; ++c) {
     CentralPool& pool = g_central[c];
     Span* stale;
@@ -108,9 +110,8 @@ std::size_t release_kept_spans(std::uint64_t now_ms, std::uint64_t delay_ms, boo
       LockGuard g(pool.lock);
       stale = take_stale_kept_locked(pool, static_cast<std::uint32_t>(now_ms), delay_ms, all);
     }
-    bytes += release_kept_chain(stale);
+    release_kept_chain(stale);
   }
-  return bytes;
 }
 
 void release_stale_kept_spans_due(std::uint64_t now_ms, std::uint64_t delay_ms) {
@@ -145,8 +146,7 @@ bool release_kept_span_for_pages(unsigned pages) {
     LockGuard g(pool.lock);
     s = pool.kept_tail;
     if (s == nullptr) return false;
-    pool.remove_kept(s);
-    stats::add(&stats::Stripe::spans_orphaned, -1);
+    take_kept_locked(pool, s);
   }
   release_span_pages(s);
   return true;
@@ -212,7 +212,7 @@ std::size_t process_orphan_block(Block* b) {
     send_chain(owner, b, b, size);
   } else if (emptied) {
     // No owner and on no list: nobody else can reach it.
-    if (s->kind == SpanKind::kSmall && s->carved_blocks != 0 && kept_span_fits(s))
+    if (s->kind == SpanKind::kSmall && kept_span_fits(s))
       keep_empty_span(s);
     else
       release_span_pages(s);

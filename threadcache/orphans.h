@@ -23,17 +23,19 @@ bool adopt_orphan_span(Heap* h, Span* s);  // false if another thread took it fi
 // mimalloc keeps a page that empties in its heap's queue for a few cycles ("retire") for the
 // same reuse; tcmalloc keeps the blocks themselves in size-class caches shared by all threads.
 //
-// Whether s's written bytes fit the budget now (read without a lock: a bound kept within a
-// span or so per thread keeping one at the same moment).
+// Whether s is worth keeping: carved (a span never carved holds nothing resident), and its
+// written bytes fit the budget now (read without a lock: a bound kept within a span or so per
+// thread keeping one at the same moment).
 bool kept_span_fits(const Span* s);
 // s: an empty small span held by no heap and on no list, with carved blocks. Made uncarved
 // (its written OS pages noted as resident), stamped and put on its class's kept list; kept
 // spans of that class older than the purge delay go back to their chunks meanwhile.
 void keep_empty_span(Span* s);
 // Kept spans that went to their pools at least delay_ms before now_ms (every one: all), back to
-// their chunks. Returns their bytes (page runs). brisk_trim (all), the background pass and the
-// heaps' purge checks (release_stale_kept_spans_due: at most once per delay process-wide).
-std::size_t release_kept_spans(std::uint64_t now_ms, std::uint64_t delay_ms, bool all = false);
+// their chunks (whose sweeps count the pages they give back). brisk_trim, brisk_thread_collect
+// (all), the background pass and the heaps' purge checks (release_stale_kept_spans_due: at
+// most once per delay process-wide).
+void release_kept_spans(std::uint64_t now_ms, std::uint64_t delay_ms, bool all = false);
 void release_stale_kept_spans_due(std::uint64_t now_ms, std::uint64_t delay_ms);
 // For a new small span of `pages` pages that found no resident free pages: the kept span that
 // has waited longest among the classes whose spans have at least that many pages goes back to

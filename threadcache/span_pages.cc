@@ -484,8 +484,8 @@ void heap_release_span(Heap* h, Span* s) {
 bool heap_keep_empty_span(Heap* h, Span* s) {
   BRISK_ASSERT(s->kind == SpanKind::kSmall && s->used == 0 && s->owner.load(std::memory_order_relaxed) == h);
   // Debug heaps keep their spans to themselves (debug_switch.h: a debug block's span is owned
-  // by a debug heap), and a span never carved holds nothing resident to keep.
-  if (h->is_debug || s->carved_blocks == 0 || !kept_span_fits(s)) return false;
+  // by a debug heap).
+  if (h->is_debug || !kept_span_fits(s)) return false;
   // Nor one that a running thread empties while it cycles through spans of its class
   // (heap_cycles_class).
   const unsigned c = s->size_class;
