@@ -345,6 +345,9 @@ TEST(CentralPool, CollectWaitsForAnOrphanDrainUnderWay) {
   Span* orphan = span_of(theirs[0]);
   ASSERT_EQ(orphan->owner.load(), &g_orphan_heap);
   std::atomic<int> step{0};
+  // Held before the freer starts: taken after, a freer scheduled first would finish its collect
+  // before the lock is held (the freer's slow paths only try it, so holding it here is safe).
+  orphan_drain_lock_acquire();
   std::thread freer([&] {
     std::vector<void*> own;
     for (unsigned i = 0; i <= cap; ++i) own.push_back(brisk_malloc(kSize));
@@ -356,7 +359,6 @@ TEST(CentralPool, CollectWaitsForAnOrphanDrainUnderWay) {
     step.store(2);
     for (unsigned i = 1; i <= cap; ++i) brisk_free(own[i]);
   });
-  orphan_drain_lock_acquire();
   while (step.load() == 0) std::this_thread::yield();
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_EQ(step.load(), 1) << "the collect returned while another drain was under way";
