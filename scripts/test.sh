@@ -3,7 +3,11 @@
 # suite: the release build's ctest (unit, override, glibc ports, stress smoke, bench smoke),
 # then the unit and threading tests under ASan+UBSan and under TSan, both built with
 # BRISK_ASSERT checked. It ends with one verdict line that adds up every stage.
-# BRISK_SKIP_SANITIZERS=1 runs the release stage only.
+# BRISK_SKIP_SANITIZERS=1 runs the release stage only. BRISK_SOAK=1 adds the soak stage (3.5
+# minutes of runs on 2 cores after its build, which would take CI past its 15 minutes, so not
+# in CI): the stress suite's every workload, verified, against a library built with
+# BRISK_ASSERT checked, in each strategy and in debug mode (BRISK_SOAK_SCALE, default 40;
+# BRISK_SOAK_THREADS, default 16; BRISK_SOAK_SEED, default 1).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/deps.sh || exit 1
@@ -44,6 +48,37 @@ if [ "${BRISK_SKIP_SANITIZERS:-0}" != 1 ]; then
     UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 TSAN_OPTIONS=halt_on_error=1 \
       run_stage "$san" "$dir" -L unit
   done
+fi
+
+# run_soak DIR : the soak stage. One run of `brisk-stress all` per mode, preloading the checked
+# library; a run that fails verification, aborts on an assertion or passes the timeout counts
+# as failed, and its output is kept as DIR/soak-N.log. A mode's variables are split on purpose
+# (`env $mode`); debug mode runs with its leak report off, which would list what the C library
+# keeps to the process's end (stdio buffers, the TLS of the threads whose stacks it caches).
+run_soak() {
+  local dir=$1 n=0 ok=0 mode
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBRISK_CHECKED=ON -DBRISK_BUILD_STRESS=ON \
+    >/dev/null || { stages+=("soak: configure failed"); failed=$((failed + 1)); return; }
+  if ! cmake --build "$dir" -j"$jobs" --target brisk_shared brisk-stress; then
+    stages+=("soak: build failed"); failed=$((failed + 1)); return
+  fi
+  for mode in BRISK_STRATEGY=balanced BRISK_STRATEGY=low-memory BRISK_STRATEGY=speed \
+      "BRISK_DEBUG=1 BRISK_DEBUG_LEAKS=0"; do
+    n=$((n + 1))
+    echo "soak $n: $mode"
+    if env $mode LD_PRELOAD="$PWD/$dir/libbrisk.so" timeout 1800 "$dir/stress/brisk-stress" all \
+        --scale "${BRISK_SOAK_SCALE:-40}" --threads "${BRISK_SOAK_THREADS:-16}" \
+        --seed "${BRISK_SOAK_SEED:-1}" >"$dir/soak-$n.log" 2>&1; then
+      ok=$((ok + 1))
+    else
+      echo "soak $n failed ($mode): $dir/soak-$n.log"; tail -20 "$dir/soak-$n.log"
+    fi
+  done
+  passed=$((passed + ok)); failed=$((failed + n - ok))
+  stages+=("soak: $ok/$n")
+}
+if [ "${BRISK_SOAK:-0}" = 1 ]; then
+  run_soak build-soak
 fi
 
 echo
