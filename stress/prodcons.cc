@@ -33,6 +33,11 @@ std::size_t mixed_size(Rng& rng) {
 struct Shared {
   moodycamel::ConcurrentQueue<Block> queue;
   std::atomic<std::int64_t> bytes_in_flight{0};
+  // The most bytes in flight any producer saw right after adding a block (the count rises only
+  // there): the workload's own live data at its peak, which the row's note reports with the
+  // mean over those moments, so that an allocator's peak RSS can be read against them.
+  std::atomic<std::int64_t> most_in_flight{0};
+  std::atomic<std::int64_t> sum_in_flight_kib{0};  // over every produced block: the mean's sum
   std::atomic<std::uint64_t> consumed{0};
   std::uint64_t total = 0;
   std::uint64_t base = 0;
@@ -41,6 +46,8 @@ struct Shared {
 void produce(Context& ctx, Shared& shared, std::uint32_t producer, std::uint64_t count) {
   Rng rng(ctx.options.seed, 0x50000 + producer);
   moodycamel::ProducerToken token(shared.queue);
+  std::int64_t most = 0;  // this producer's view of the high-water mark
+  std::int64_t sum_kib = 0;
   for (std::uint64_t i = 0; i < count; ++i) {
     while (shared.bytes_in_flight.load(std::memory_order_relaxed) > kMaxBytesInFlight)
       std::this_thread::yield();
@@ -53,9 +60,16 @@ void produce(Context& ctx, Shared& shared, std::uint32_t producer, std::uint64_t
     if (b.ptr == nullptr) fail_verify(kName, b.id, 0, zeroed ? "calloc returned NULL" : "malloc returned NULL");
     if (zeroed) verify_zero(kName, b, "after calloc");
     fill_pattern(b);
-    shared.bytes_in_flight.fetch_add(static_cast<std::int64_t>(b.size), std::memory_order_relaxed);
+    const auto size = static_cast<std::int64_t>(b.size);
+    const std::int64_t now = shared.bytes_in_flight.fetch_add(size, std::memory_order_relaxed) + size;
+    if (now > most) most = now;
+    sum_kib += now >> 10;
     shared.queue.enqueue(token, b);
     if (i % 256 == 255) ctx.progress.advance(256);
+  }
+  shared.sum_in_flight_kib.fetch_add(sum_kib, std::memory_order_relaxed);
+  std::int64_t seen = shared.most_in_flight.load(std::memory_order_relaxed);
+  while (most > seen && !shared.most_in_flight.compare_exchange_weak(seen, most, std::memory_order_relaxed)) {
   }
 }
 
@@ -81,7 +95,8 @@ void consume(Context& ctx, Shared& shared) {
 
 }  // namespace
 
-std::uint64_t prodcons_traffic(Context& ctx, int producers, int consumers, std::uint64_t per_producer) {
+std::uint64_t prodcons_traffic(Context& ctx, int producers, int consumers, std::uint64_t per_producer,
+                               InFlight* in_flight) {
   Shared shared;
   shared.total = per_producer * producers;
   shared.base = workload_base(ctx.options.seed, kName);
@@ -90,6 +105,11 @@ std::uint64_t prodcons_traffic(Context& ctx, int producers, int consumers, std::
   for (int p = 0; p < producers; ++p)
     pool.emplace_back([&, p] { produce(ctx, shared, static_cast<std::uint32_t>(p), per_producer); });
   for (std::thread& t : pool) t.join();
+  if (in_flight != nullptr) {
+    in_flight->most_kib = shared.most_in_flight.load(std::memory_order_relaxed) >> 10;
+    in_flight->mean_kib = shared.sum_in_flight_kib.load(std::memory_order_relaxed) /
+                          static_cast<std::int64_t>(shared.total > 0 ? shared.total : 1);
+  }
   return 2 * shared.total;
 }
 
@@ -100,10 +120,15 @@ void run_prodcons(Context& ctx) {
   const std::uint64_t per_producer = ctx.scaled(400000, 4000, 256);
 
   ctx.progress.begin("prodcons x" + std::to_string(threads), per_producer * producers);
-  ctx.recorder.measure(
-      kName, threads, [&] { return prodcons_traffic(ctx, producers, consumers, per_producer); },
-      std::to_string(producers) + " producers, " + std::to_string(consumers) + " consumers");
+  InFlight in_flight;
+  ctx.recorder.measure(kName, threads,
+                       [&] { return prodcons_traffic(ctx, producers, consumers, per_producer, &in_flight); });
   ctx.progress.end();
+  // In soak mode the row sums passes; its note tells the last pass's bytes in flight.
+  Row& row = ctx.recorder.last_row(kName, threads);
+  row.note = std::to_string(producers) + " producers, " + std::to_string(consumers) + " consumers; in flight " +
+             std::to_string(in_flight.mean_kib) + " KiB on average, " + std::to_string(in_flight.most_kib) +
+             " KiB at most";
 }
 
 }  // namespace brisk::stress

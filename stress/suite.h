@@ -154,7 +154,14 @@ void run_brisk_api(Context&);
 void run_brisk_strategy(Context&);
 // prodcons's traffic without a table row (the brisk workload runs it while it switches debug
 // mode): the operation count; a damaged block fails the run.
-std::uint64_t prodcons_traffic(Context& ctx, int producers, int consumers, std::uint64_t per_producer);
+// in_flight, when given: the bytes of blocks produced and not yet consumed, as each block was
+// produced: their mean and their most.
+struct InFlight {
+  std::int64_t mean_kib = 0;
+  std::int64_t most_kib = 0;
+};
+std::uint64_t prodcons_traffic(Context& ctx, int producers, int consumers, std::uint64_t per_producer,
+                               InFlight* in_flight = nullptr);
 
 // Process measurements (measure.cc).
 double wall_now_ms();
