@@ -19,6 +19,7 @@
 #include "override/entry.h"
 #include "threadcache/background.h"
 #include "threadcache/heap_stats.h"
+#include "threadcache/orphans.h"
 
 using namespace brisk;
 
@@ -48,6 +49,7 @@ BRISK_EXPORT int brisk_set_strategy(brisk_strategy strategy) {
     return -1;
   }
   options::set_strategy(static_cast<options::Strategy>(s));
+  release_kept_spans_past_budget();  // low-memory keeps none
   background_maybe_start();  // if the new strategy wants it, and the process is multithreaded
   return 0;
 }

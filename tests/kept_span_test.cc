@@ -44,6 +44,18 @@ Span* SpanLeftByAnExitedThread() {
   return s;
 }
 
+// A thread allocates n kSize blocks and one of another class (so that kSize's is not the class
+// it refilled last), frees them all and exits: its emptied kSize spans but the spare are kept.
+void EmptySpansOfAnExitedThread(int n) {
+  std::thread([n] {
+    std::vector<void*> blocks;
+    for (int i = 0; i < n; ++i) blocks.push_back(brisk_malloc(kSize));  // one becomes the spare
+    void* other = brisk_malloc(kOtherSize);
+    for (void* p : blocks) brisk_free(p);
+    brisk_free(other);
+  }).join();
+}
+
 std::atomic<std::uint64_t> g_now{5'000'000};
 std::uint64_t FakeClock() { return g_now.load(); }
 
@@ -199,13 +211,7 @@ TEST_F(KeptSpans, ASweepWithAnEarlierClockLeavesASpanKeptAfterIt) {
 TEST_F(KeptSpans, TrimGivesBackEveryKeptSpan) {
   brisk_stats before;
   brisk_get_stats(&before);
-  std::thread([&] {
-    std::vector<void*> blocks;
-    for (int i = 0; i < 9; ++i) blocks.push_back(brisk_malloc(kSize));  // one becomes the spare
-    void* other = brisk_malloc(kOtherSize);  // the class refilled last is another
-    for (void* p : blocks) brisk_free(p);
-    brisk_free(other);
-  }).join();
+  EmptySpansOfAnExitedThread(9);
   ASSERT_GE(KeptBytes(), 7 * round_to_os_page(kClasses[size_to_class(kSize)].size));
   brisk_trim();
   brisk_stats after;
@@ -213,6 +219,25 @@ TEST_F(KeptSpans, TrimGivesBackEveryKeptSpan) {
   EXPECT_EQ(after.kept_span_bytes, 0u);
   EXPECT_EQ(after.spans_orphaned, before.spans_orphaned);
   EXPECT_EQ(after.central_pool_bytes, before.central_pool_bytes);
+}
+
+// A switch to a strategy whose budget the kept spans exceed gives them back at once: a process
+// whose threads have all stopped runs no purge check that would (before, 16 MiB kept by speed
+// mode stayed after a switch to low-memory, which keeps none: a review's probe).
+TEST_F(KeptSpans, ASwitchToAStrategyThatKeepsLessGivesTheSpansBack) {
+  struct Restore {
+    ~Restore() { brisk_set_strategy(BRISK_STRATEGY_BALANCED); }
+  } restore;
+  EmptySpansOfAnExitedThread(4);
+  const std::uint64_t kept = KeptBytes();
+  ASSERT_GE(kept, 2 * round_to_os_page(kClasses[size_to_class(kSize)].size));
+  ASSERT_EQ(brisk_set_strategy(BRISK_STRATEGY_LOW_MEMORY), 0);
+  const auto budget = static_cast<std::uint64_t>(options::get(options::Id::kKeptSpanBytes));
+  if (budget >= kept) {
+    EXPECT_EQ(KeptBytes(), kept) << "within the new budget (kept_span_budget_test's 256k): they stay";
+  } else {
+    EXPECT_EQ(KeptBytes(), 0u) << "kept spans past the new strategy's budget of " << budget;
+  }
 }
 
 // BRISK_KEPT_SPAN_BYTES bounds the pools' kept spans by the bytes their blocks wrote: the

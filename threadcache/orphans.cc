@@ -114,6 +114,11 @@ void release_kept_spans(std::uint64_t now_ms, std::uint64_t delay_ms, bool all) 
   }
 }
 
+void release_kept_spans_past_budget() {
+  const auto budget = static_cast<std::size_t>(options::get(options::Id::kKeptSpanBytes));
+  if (CentralPool::g_kept_span_bytes.load(std::memory_order_relaxed) > budget) release_kept_spans(0, 0, true);
+}
+
 void release_stale_kept_spans_due(std::uint64_t now_ms, std::uint64_t delay_ms) {
   if (CentralPool::g_kept_span_bytes.load(std::memory_order_relaxed) == 0) return;
   std::uint64_t last = g_kept_swept_ms.load(std::memory_order_relaxed);

@@ -37,6 +37,10 @@ void keep_empty_span(Span* s);
 // most once per delay process-wide).
 void release_kept_spans(std::uint64_t now_ms, std::uint64_t delay_ms, bool all = false);
 void release_stale_kept_spans_due(std::uint64_t now_ms, std::uint64_t delay_ms);
+// Every kept span, when the pools hold more than BRISK_KEPT_SPAN_BYTES allows now: called after a
+// strategy switch, since a process whose threads have all stopped runs no purge check, and
+// without a second thread no background pass, that would give them back.
+void release_kept_spans_past_budget();
 // For a new small span of `pages` pages that found no resident free pages: the kept span that
 // has waited longest among the classes whose spans have at least that many pages goes back to
 // its chunk, whose resident pages the new span then claims, rather than a fresh page that would
