@@ -117,7 +117,8 @@ typedef struct brisk_stats {
   uint64_t process_rss_bytes;    /* resident memory of the whole process (/proc/self/statm) */
   uint64_t kept_span_bytes;      /* of central_pool_bytes' spans, the emptied ones kept whole for
                                     their class's next span: the bytes their blocks may have
-                                    written (BRISK_KEPT_SPAN_BYTES bounds it) */
+                                    written, in whole OS pages, so up to a page a span more than
+                                    their blocks (BRISK_KEPT_SPAN_BYTES bounds it) */
 } brisk_stats;
 
 void brisk_get_stats(brisk_stats* out);
