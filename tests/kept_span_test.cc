@@ -6,7 +6,11 @@
 #include <brisk/brisk.h>
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <thread>
@@ -238,6 +242,60 @@ TEST_F(KeptSpans, ASwitchToAStrategyThatKeepsLessGivesTheSpansBack) {
   } else {
     EXPECT_EQ(KeptBytes(), 0u) << "kept spans past the new strategy's budget of " << budget;
   }
+}
+
+// A fork while another thread gives kept spans back (taken off their pool's list, their pages
+// not yet back in their chunk) waits for that release: the child finds the spans' pages free in
+// their chunks. Had it gone ahead, no list would hold those spans in the child, and the thread
+// releasing them is not there: their pages lost to it.
+std::atomic<bool> g_release_paused{false};
+void PauseOnceInARelease(Span*) {
+  if (!g_release_paused.exchange(true)) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+}
+
+TEST_F(KeptSpans, AForkWhileKeptSpansGoBackLosesNoneOfThemInTheChild) {
+  struct Restore {
+    ~Restore() {
+      g_kept_release_test_hook.store(nullptr);
+      brisk_set_strategy(BRISK_STRATEGY_BALANCED);
+    }
+  } restore;
+  std::vector<Span*> spans;
+  void* live = nullptr;  // keeps the spans' chunk in use, so that the child may read it
+  std::thread([&] {
+    std::vector<void*> blocks;
+    for (int i = 0; i < 4; ++i) blocks.push_back(brisk_malloc(kSize));
+    live = brisk_malloc(kOtherSize);  // the class refilled last is another
+    for (void* p : blocks) spans.push_back(span_of(p));
+    for (void* p : blocks) brisk_free(p);
+  }).join();
+  std::vector<Span*> kept;
+  for (Span* s : spans)
+    if (s->kept) kept.push_back(s);
+  ASSERT_GE(kept.size(), 2u);
+  for (Span* s : kept) ASSERT_EQ(chunk_of(reinterpret_cast<std::uintptr_t>(s->start)), chunk_of(reinterpret_cast<std::uintptr_t>(live)));
+  std::vector<unsigned> pages;
+  for (Span* s : kept) pages.push_back(s->first_page);
+  Chunk* chunk = chunk_of(reinterpret_cast<std::uintptr_t>(live));
+
+  g_release_paused.store(false);
+  g_kept_release_test_hook.store(PauseOnceInARelease);
+  std::thread releaser([] { brisk_set_strategy(BRISK_STRATEGY_LOW_MEMORY); });  // keeps none
+  while (!g_release_paused.load()) std::this_thread::yield();
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    int lost = 0;
+    for (unsigned page : pages) lost += chunk->page_span[page] != &chunk->spans[0];
+    _exit(lost);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  releaser.join();
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "kept spans of " << kept.size() << " on no list in the child";
+  for (unsigned page : pages) EXPECT_EQ(chunk->page_span[page], &chunk->spans[0]) << "in the parent";
+  brisk_free(live);
 }
 
 // BRISK_KEPT_SPAN_BYTES bounds the pools' kept spans by the bytes their blocks wrote: the

@@ -397,6 +397,7 @@ void atfork_prepare() {
   if (f.own_debug != nullptr) f.own_debug->slow_lock.lock();
   orphan_drain_lock_acquire();  // a drainer holds it over central pool locks
   central_locks_acquire();
+  kept_releases_wait();  // started under a central pool's lock, they take chunk locks
   chunk_locks_acquire();
   large_locks_acquire();
 }
@@ -425,6 +426,7 @@ void atfork_child() {
     chunk_locks_reset_in_child();
     central_locks_reset_in_child();
     orphan_drain_lock_reset_in_child();
+    kept_releases_reset_in_child();
     if (f.own_debug != nullptr) f.own_debug->slow_lock.unlock();
     if (f.own != nullptr) f.own->slow_lock.unlock();
     // A pooled heap's slow lock is held only by a try_lock that reads `serving`

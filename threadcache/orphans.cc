@@ -1,6 +1,8 @@
 // Orphan spans and the orphan queue. See orphans.h.
 #include "threadcache/orphans.h"
 
+#include <sched.h>
+
 #include <atomic>
 
 #include "core/assert.h"
@@ -30,6 +32,8 @@ bool kept_span_fits(const Span* s) {
   return CentralPool::g_kept_span_bytes.load(std::memory_order_relaxed) + bytes <= budget;
 }
 
+std::atomic<void (*)(Span* chain)> g_kept_release_test_hook{nullptr};
+
 namespace {
 
 // How long ago a span was kept, in ms: 0 for one kept after `now` was read (a caller reads the
@@ -46,8 +50,15 @@ void take_kept_locked(CentralPool& pool, Span* s) {
   stats::add(&stats::Stripe::spans_orphaned, -1);
 }
 
+// Chains of kept spans taken off their pools' lists and not yet back in their chunks. Between
+// the two no list holds them: a fork meanwhile would give the child spans it can never reach, up
+// to the budget's bytes lost to it for good. A chain is counted under its pool's lock, so once
+// the fork handler holds every pool's lock none starts; it then waits for the count to fall to
+// 0 (kept_releases_wait) before it takes the chunk locks a release takes.
+std::atomic<unsigned> g_kept_releases{0};
+
 // Takes pool's kept spans older than delay_ms (all: every one) off its list, oldest first,
-// into a chain through next; under the pool's lock.
+// into a chain through next, counted in g_kept_releases if there are any; under the pool's lock.
 Span* take_stale_kept_locked(CentralPool& pool, std::uint32_t now, std::uint64_t delay_ms, bool all) {
   Span* chain = nullptr;
   while (Span* s = pool.kept_tail) {
@@ -56,16 +67,22 @@ Span* take_stale_kept_locked(CentralPool& pool, std::uint32_t now, std::uint64_t
     s->next = chain;
     chain = s;
   }
+  if (chain != nullptr) g_kept_releases.fetch_add(1, std::memory_order_relaxed);
   return chain;
 }
 
-// Outside every pool lock: release_span_pages may take the abandoned-chunk list's lock.
+// Outside every pool lock: release_span_pages may take the abandoned-chunk list's lock, and
+// giving pages back is too slow to hold other threads' refills for. Ends the chain's count.
 void release_kept_chain(Span* chain) {
+  if (chain == nullptr) return;
+  if (auto hook = g_kept_release_test_hook.load(std::memory_order_relaxed); BRISK_UNLIKELY(hook != nullptr))
+    hook(chain);
   while (Span* s = chain) {
     chain = s->next;
     s->next = nullptr;
     release_span_pages(s);
   }
+  g_kept_releases.fetch_sub(1, std::memory_order_release);
 }
 
 std::atomic<std::uint64_t> g_kept_swept_ms{0};
@@ -151,11 +168,18 @@ bool release_kept_span_for_pages(unsigned pages) {
     LockGuard g(pool.lock);
     s = pool.kept_tail;
     if (s == nullptr) return false;
-    take_kept_locked(pool, s);
+    take_kept_locked(pool, s);  // s->next is null off the list
+    g_kept_releases.fetch_add(1, std::memory_order_relaxed);
   }
-  release_span_pages(s);
+  release_kept_chain(s);
   return true;
 }
+
+void kept_releases_wait() {
+  // A release gives pages back (a madvise or an munmap each): yield rather than spin.
+  while (g_kept_releases.load(std::memory_order_acquire) != 0) sched_yield();
+}
+void kept_releases_reset_in_child() { g_kept_releases.store(0, std::memory_order_relaxed); }
 
 // A thread freeing into a span whose owner exited takes the span over (one lock round-trip)
 // instead of sending each block through the orphan queue (one lock round-trip per block): the

@@ -47,6 +47,14 @@ void release_kept_spans_past_budget();
 // fault. A program that moves on through the classes (a string growing by realloc) leaves
 // spans kept for classes it will not use again. False: no such span.
 bool release_kept_span_for_pages(unsigned pages);
+// Fork support. Kept spans on their way back to their chunks are on no list for a moment; the
+// fork handler, holding every central pool's lock (so that no such release starts), waits for
+// those under way before it takes the chunk locks they take, so that the child loses none.
+void kept_releases_wait();
+void kept_releases_reset_in_child();
+// Test hook, null in production: called with each chain of kept spans taken off their lists,
+// before their pages go back (tests/kept_span_test.cc forks there).
+extern std::atomic<void (*)(Span* chain)> g_kept_release_test_hook;
 
 // Puts every block in the orphan queue back. Drains run one at a time (a drain lock, taken
 // after a heap's slow lock and before the central pools' locks): drain_orphans waits for one
