@@ -6,6 +6,8 @@
 #include <errno.h>
 
 #include <atomic>
+#include <cstddef>
+#include <cstring>
 
 #include "core/central_pool.h"
 #include "core/config.h"
@@ -60,8 +62,9 @@ static_assert(BRISK_STRATEGY_SPEED == static_cast<int>(options::Strategy::kSpeed
               BRISK_STRATEGY_BALANCED == static_cast<int>(options::Strategy::kBalanced) &&
               BRISK_STRATEGY_LOW_MEMORY == static_cast<int>(options::Strategy::kLowMemory));
 
-BRISK_EXPORT void brisk_get_stats(brisk_stats* out) {
-  if (out == nullptr) return;
+namespace {
+
+void fill_stats(brisk_stats* out) {
   auto& g = stats::g;
   auto rd = [](const std::atomic<uint64_t>& c) { return c.load(std::memory_order_relaxed); };
   out->chunks_mapped = rd(g.chunks_mapped);
@@ -99,6 +102,23 @@ BRISK_EXPORT void brisk_get_stats(brisk_stats* out) {
   out->process_rss_bytes = platform::process_resident_bytes();
   out->kept_span_bytes = CentralPool::g_kept_span_bytes.load(std::memory_order_relaxed);
 }
+
+// brisk_stats as programs built before brisk_get_stats_sized know it (the symbol
+// brisk_get_stats writes these 28 fields): fields are only ever appended after it.
+constexpr std::size_t kStatsUnsizedBytes = offsetof(brisk_stats, kept_span_bytes) + sizeof(uint64_t);
+static_assert(kStatsUnsizedBytes == 28 * sizeof(uint64_t), "brisk_get_stats's fields keep their offsets");
+
+}  // namespace
+
+BRISK_EXPORT size_t brisk_get_stats_sized(brisk_stats* out, size_t size) {
+  if (out != nullptr && size != 0) {
+    brisk_stats all;
+    fill_stats(&all);
+    std::memcpy(out, &all, size < sizeof all ? size : sizeof all);
+  }
+  return sizeof(brisk_stats);
+}
+BRISK_EXPORT void(brisk_get_stats)(brisk_stats* out) { brisk_get_stats_sized(out, kStatsUnsizedBytes); }
 
 BRISK_EXPORT size_t brisk_get_class_stats(brisk_class_stats* out, size_t max) {
   static_assert(BRISK_SIZE_CLASSES == kNumClasses, "brisk.h's class count");

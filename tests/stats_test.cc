@@ -10,6 +10,8 @@
 
 #include <atomic>
 #include <barrier>
+#include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -340,6 +342,46 @@ TEST(Stats, BytesResidentCountsTheResidentPagesPastASmallSpansCarvedPart) {
         << "before " << (before.bytes_resident >> 10) << " KiB, after " << (after.bytes_resident >> 10) << " KiB";
     brisk_free(b);
   }).join();
+}
+
+// brisk_stats grows at its end only: a program built against an older brisk.h (a smaller
+// struct) must get its fields and nothing written past them, and the function symbol itself,
+// which programs built before brisk_get_stats_sized call, writes the fields it always wrote.
+TEST(Stats, AnOlderOrNewerCallersStatsAreWrittenOnlyAsFarAsItsSize) {
+  constexpr unsigned char kUntouched = 0xA5;
+  struct Bigger {
+    brisk_stats stats;
+    std::uint64_t newer_field;  // a field a newer brisk.h might append
+  };
+  Bigger big;
+  std::memset(&big, kUntouched, sizeof big);
+  EXPECT_EQ(brisk_get_stats_sized(&big.stats, sizeof big), sizeof(brisk_stats));
+  std::uint64_t untouched;
+  std::memset(&untouched, kUntouched, sizeof untouched);
+  EXPECT_EQ(big.newer_field, untouched) << "written past the library's brisk_stats";
+  EXPECT_NE(big.stats.heaps_live, untouched);
+  EXPECT_NE(big.stats.kept_span_bytes, untouched);
+
+  // An older brisk.h's struct: the first 12 fields (up to chunk_bytes_cached).
+  constexpr std::size_t kOlder = offsetof(brisk_stats, chunk_bytes_cached) + sizeof(std::uint64_t);
+  std::memset(&big, kUntouched, sizeof big);
+  EXPECT_EQ(brisk_get_stats_sized(&big.stats, kOlder), sizeof(brisk_stats));
+  EXPECT_NE(big.stats.heaps_live, untouched);
+  const auto* bytes = reinterpret_cast<const unsigned char*>(&big);
+  for (std::size_t i = kOlder; i < sizeof big; ++i) ASSERT_EQ(bytes[i], kUntouched) << "byte " << i;
+
+  // The symbol: every field up to kept_span_bytes, nothing past it.
+  std::memset(&big, kUntouched, sizeof big);
+  (brisk_get_stats)(&big.stats);
+  constexpr std::size_t kUnsized = offsetof(brisk_stats, kept_span_bytes) + sizeof(std::uint64_t);
+  EXPECT_NE(big.stats.process_rss_bytes, untouched);
+  for (std::size_t i = kUnsized; i < sizeof big; ++i) ASSERT_EQ(bytes[i], kUntouched) << "byte " << i;
+  // And through the macro, the caller's whole struct.
+  std::memset(&big, kUntouched, sizeof big);
+  brisk_get_stats(&big.stats);
+  EXPECT_NE(big.stats.kept_span_bytes, untouched);
+  EXPECT_EQ(big.newer_field, untouched);
+  EXPECT_EQ(brisk_get_stats_sized(nullptr, sizeof(brisk_stats)), sizeof(brisk_stats));
 }
 
 TEST(Stats, JsonOutputParsesAndNamesEveryField) {
