@@ -51,7 +51,7 @@ constexpr Option kTable[] = {
     {Id::kDebugQuarantine, "BRISK_DEBUG_QUARANTINE", {4 * MiB, 4 * MiB, 4 * MiB}, 0, std::int64_t{1} << 40},
     {Id::kDebug, "BRISK_DEBUG", {0, 0, 0}, 0, 1},
     {Id::kDebugStackDepth, "BRISK_DEBUG_STACK_DEPTH", {8, 8, 8}, 0, 64},
-    {Id::kDebugLeaks, "BRISK_DEBUG_LEAKS", {1, 1, 1}, 0, 1},
+    {Id::kDebugLeaks, "BRISK_DEBUG_LEAKS", {1, 1, 1}, 0, 2},
     {Id::kRetainedSpans, "BRISK_RETAINED_SPANS", {16, 16, 16}, 0, 16},
     // Speed keeps balanced's 256 KiB: at 1 MiB a freeing thread held blocks of up to 1 MiB four
     // times as long before sending them, and their owners took fresh memory meanwhile (speed

@@ -25,7 +25,7 @@ enum class Id : unsigned {
   kDebugQuarantine,   // BRISK_DEBUG_QUARANTINE: bytes of freed debug blocks held back before reuse
   kDebug,             // BRISK_DEBUG: 1 turns debug mode on at start-up
   kDebugStackDepth,   // BRISK_DEBUG_STACK_DEPTH: frames kept per allocation and free (0: none)
-  kDebugLeaks,        // BRISK_DEBUG_LEAKS: 0 turns the leak report at exit off
+  kDebugLeaks,        // BRISK_DEBUG_LEAKS: the leak report at exit: 1 unreachable blocks, 2 all live ones, 0 none
   kRetainedSpans,     // BRISK_RETAINED_SPANS: emptied multi-page spans a thread keeps as current
   kRemoteBatchBytes,  // BRISK_REMOTE_BATCH_BYTES: a remote-free batch is sent at this many bytes
   kBackground,        // BRISK_BACKGROUND: 1 runs the background thread that returns idle memory

@@ -110,6 +110,22 @@ bool thread_gone(std::uint32_t pid, std::uint64_t tid);
 // The process's resident memory (the second field of /proc/self/statm, in bytes), read
 // without malloc; 0 if it cannot be read.
 std::size_t process_resident_bytes();
+// The number of threads of the process (/proc/self/stat's num_threads), read without malloc;
+// 0 if it cannot be read.
+std::size_t process_thread_count();
+// The debug layer's leak scan (debug/leaks.cc): calls visit(begin, end, context) for each run
+// of resident pages of every private, writable mapping of the process, in address order, as
+// /proc/self/maps lists them (read without malloc), leaving out device mappings (paths under
+// /dev/) and mappings over 64 GiB (reservations). Pages mincore does not vouch for are left
+// out: untouched pages hold nothing and are not faulted in, swapped-out ones are not read back.
+// Call it with no other thread running: a mapping unmapped meanwhile would fault. False if
+// /proc/self/maps cannot be read.
+bool for_each_resident_writable_run(void (*visit)(std::uintptr_t begin, std::uintptr_t end, void* context),
+                                    void* context);
+// visit(begin, end, context) for each run of [begin, end) on pages mincore says are resident
+// (the run clipped to [begin, end)); pages it does not vouch for are left out.
+void for_each_resident_page_run(std::uintptr_t begin, std::uintptr_t end,
+                                void (*visit)(std::uintptr_t begin, std::uintptr_t end, void* context), void* context);
 
 // getenv without malloc: scans the process environment. nullptr if unset.
 const char* get_env(const char* name);

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 
@@ -483,17 +484,27 @@ bool thread_gone(std::uint32_t pid, std::uint64_t tid) {
   return gone;
 }
 
-std::size_t process_resident_bytes() {
-  int fd = open_nc("/proc/self/statm", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  char text[128];
+namespace {
+
+// A small /proc file's first size - 1 bytes into text, terminated; false if it cannot be read.
+bool read_proc_file(const char* path, char* text, std::size_t size) {
+  int fd = open_nc(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
   ssize_t n;
   do {
-    n = read_nc(fd, text, sizeof text - 1);
+    n = read_nc(fd, text, size - 1);
   } while (n < 0 && errno == EINTR);
   close_nc(fd);
-  if (n <= 0) return 0;
+  if (n <= 0) return false;
   text[n] = '\0';
+  return true;
+}
+
+}  // namespace
+
+std::size_t process_resident_bytes() {
+  char text[128];
+  if (!read_proc_file("/proc/self/statm", text, sizeof text)) return 0;
   // "size resident shared text lib data dt", in pages.
   const char* p = text;
   while (*p >= '0' && *p <= '9') ++p;
@@ -503,6 +514,106 @@ std::size_t process_resident_bytes() {
   if (*p < '0' || *p > '9') return 0;
   for (; *p >= '0' && *p <= '9'; ++p) pages = pages * 10 + static_cast<std::size_t>(*p - '0');
   return pages * static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+}
+
+std::size_t process_thread_count() {
+  char text[1024];
+  if (!read_proc_file("/proc/self/stat", text, sizeof text)) return 0;
+  // "pid (comm) state ppid ...": comm may hold spaces and parentheses, so fields are counted
+  // from the last ')'; num_threads is the 20th field, the 18th after it.
+  const char* p = strrchr(text, ')');
+  if (p == nullptr) return 0;
+  for (int field = 2; field < 20; ++field) {
+    p = strchr(p + 1, ' ');
+    if (p == nullptr) return 0;
+  }
+  std::size_t threads = 0;
+  for (++p; *p >= '0' && *p <= '9'; ++p) threads = threads * 10 + static_cast<std::size_t>(*p - '0');
+  return threads;
+}
+
+void for_each_resident_page_run(std::uintptr_t begin, std::uintptr_t end,
+                                void (*visit)(std::uintptr_t begin, std::uintptr_t end, void* context), void* context) {
+  unsigned char vec[4096];
+  for (std::uintptr_t w = begin & ~(kOsPageSize - 1); w < end;) {
+    std::uintptr_t window = end - w;
+    if (window > sizeof vec * kOsPageSize) window = sizeof vec * kOsPageSize;
+    if (mincore(reinterpret_cast<void*>(w), window, vec) == 0) {
+      const std::size_t pages = (window + kOsPageSize - 1) / kOsPageSize;
+      for (std::size_t i = 0; i < pages;) {
+        if ((vec[i] & 1) == 0) {
+          ++i;
+          continue;
+        }
+        std::size_t j = i + 1;
+        while (j < pages && (vec[j] & 1) != 0) ++j;
+        visit(std::max(begin, w + i * kOsPageSize), std::min(end, w + j * kOsPageSize), context);
+        i = j;
+      }
+    }
+    w += window;
+  }
+}
+
+namespace {
+
+std::uintptr_t parse_hex(const char*& p) {
+  std::uintptr_t v = 0;
+  for (;; ++p) {
+    const char c = *p;
+    if (c >= '0' && c <= '9') v = v << 4 | static_cast<std::uintptr_t>(c - '0');
+    else if (c >= 'a' && c <= 'f') v = v << 4 | static_cast<std::uintptr_t>(c - 'a' + 10);
+    else return v;
+  }
+}
+
+constexpr std::uintptr_t kMaxScannedMapping = std::uintptr_t{64} << 30;
+
+// One line of /proc/self/maps: "begin-end perms offset dev inode [path]".
+void visit_mapping_line(const char* line, void (*visit)(std::uintptr_t, std::uintptr_t, void*), void* context) {
+  const char* p = line;
+  const std::uintptr_t begin = parse_hex(p);
+  if (*p++ != '-') return;
+  const std::uintptr_t end = parse_hex(p);
+  if (*p++ != ' ' || p[0] != 'r' || p[1] != 'w' || p[3] != 'p') return;
+  // Larger than any heap, stack or data segment: a reservation (a sanitizer's shadow memory is
+  // terabytes), whose mincore walk alone would take seconds.
+  if (end - begin > kMaxScannedMapping) return;
+  for (int field = 0; field < 4 && p != nullptr; ++field) p = strchr(p + 1, ' ');  // to the path
+  if (p != nullptr) {
+    while (*p == ' ') ++p;
+    if (strncmp(p, "/dev/", 5) == 0) return;
+  }
+  for_each_resident_page_run(begin, end, visit, context);
+}
+
+}  // namespace
+
+bool for_each_resident_writable_run(void (*visit)(std::uintptr_t begin, std::uintptr_t end, void* context),
+                                    void* context) {
+  int fd = open_nc("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  static char text[16384];  // one caller at a time: the leak report, at exit, single-threaded
+  std::size_t held = 0;
+  for (;;) {
+    ssize_t n;
+    do {
+      n = read_nc(fd, text + held, sizeof text - 1 - held);
+    } while (n < 0 && errno == EINTR);
+    if (n <= 0) break;
+    held += static_cast<std::size_t>(n);
+    text[held] = '\0';
+    char* line = text;
+    for (char* nl; (nl = strchr(line, '\n')) != nullptr; line = nl + 1) {
+      *nl = '\0';
+      visit_mapping_line(line, visit, context);
+    }
+    held = static_cast<std::size_t>(text + held - line);
+    memmove(text, line, held);
+    if (held == sizeof text - 1) held = 0;  // a line longer than the buffer: dropped
+  }
+  close_nc(fd);
+  return true;
 }
 
 const char* get_env(const char* name) {

@@ -109,8 +109,18 @@ std::size_t leave_idle_quarantine(std::uint64_t now_ms, std::uint64_t idle_ms);
 extern std::atomic<void (*)()> g_idle_quarantine_test_hook;
 
 // Reports live debug blocks grouped by allocation stack (count, sizes, total bytes), largest
-// total first; returns the number of groups. Called at exit unless BRISK_DEBUG_LEAKS=0.
-int report_leaks();
+// total first; returns the number of groups. Called at exit: BRISK_DEBUG_LEAKS=1 (the default)
+// reports the blocks no pointer in the program's memory reaches any more (kUnreachable; every
+// live block while other threads run, which the report says), 2 every live block (kAll), 0
+// none. summary, if given: what was found (leaks.cc explains the reachability scan).
+enum class LeakScope { kUnreachable, kAll };
+struct LeakSummary {
+  bool scanned;  // reachability was told (one thread, the memory map read)
+  int groups;
+  std::size_t reported_blocks, reported_bytes;
+  std::size_t reachable_blocks, reachable_bytes;  // not reported
+};
+int report_leaks(LeakScope scope, LeakSummary* summary = nullptr);
 
 // BRISK_DEBUG_FILL_LIMIT: a block of up to this many user bytes gets the new and freed
 // patterns, and the freed check, on every byte; a larger one on its first and last

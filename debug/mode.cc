@@ -34,7 +34,8 @@ __attribute__((constructor)) void debug_at_start() {
 // Debug blocks still live when the process exits (in any mode: blocks made while the mode was
 // on). A destructor of libbrisk runs after the program's own static destructors.
 __attribute__((destructor)) void leaks_at_exit() {
-  if (options::get(options::Id::kDebugLeaks) != 0) report_leaks();
+  const std::int64_t leaks = options::get(options::Id::kDebugLeaks);
+  if (leaks != 0) report_leaks(leaks == 1 ? LeakScope::kUnreachable : LeakScope::kAll);
 }
 }  // namespace
 

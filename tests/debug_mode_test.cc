@@ -456,7 +456,7 @@ TEST_F(DebugMode, TheLeakReportGroupsLiveBlocksByTheirAllocationStack) {
   void* blocks[3];
   const size_t sizes[3] = {10, 30, 20};
   for (int i = 0; i < 3; ++i) blocks[i] = LeakFromHere(sizes[i]);  // one call site: one stack
-  EXPECT_GE(brisk::debug::report_leaks(), 1);
+  EXPECT_GE(brisk::debug::report_leaks(brisk::debug::LeakScope::kAll), 1);
   std::string r = Reports();
   size_t at = r.find("brisk: leak: 3 blocks, 60 bytes (sizes 10..30)");
   ASSERT_NE(at, std::string::npos) << r;
@@ -465,6 +465,97 @@ TEST_F(DebugMode, TheLeakReportGroupsLiveBlocksByTheirAllocationStack) {
   EXPECT_NE(group.find("LeakFromHere"), std::string::npos) << group;
   for (void* p : blocks) brisk_free(p);
 }
+
+}  // namespace
+
+// Exported, as LeakFromHere: the report names them. Each makes two blocks, the second pointed
+// to from the first only; KeepReachable keeps the first in a global, LoseUnreachable keeps only
+// its address masked (no word in memory holds it), and both scrub the stack they used.
+struct Node {
+  Node* next;
+  char payload[40];
+};
+Node* g_reachable_root;
+uintptr_t g_masked_root;
+constexpr uintptr_t kMask = 0x5a5a5a5a5a5a5a5aull;
+
+__attribute__((noinline)) void ScrubStack() {
+  volatile char scratch[64 * 1024];
+  for (size_t i = 0; i < sizeof scratch; ++i) scratch[i] = 0;
+}
+__attribute__((noinline)) Node* TwoNodes() {
+  Node* a = static_cast<Node*>(brisk_malloc(sizeof(Node)));
+  a->next = static_cast<Node*>(brisk_malloc(sizeof(Node)));
+  a->next->next = nullptr;
+  asm volatile("" ::: "memory");
+  return a;
+}
+__attribute__((noinline)) void KeepReachable() { g_reachable_root = TwoNodes(); }
+__attribute__((noinline)) void LoseUnreachable() { g_masked_root = reinterpret_cast<uintptr_t>(TwoNodes()) ^ kMask; }
+
+namespace {
+
+// The default report lists the blocks nothing points to any more (the chain whose root was
+// lost: both of its blocks), not those a global reaches, directly or through another block.
+TEST_F(DebugMode, TheLeakReportListsOnlyBlocksNoPointerReaches) {
+  // ThreadSanitizer's runtime keeps a thread of its own once a test has started threads.
+  if (brisk::platform::process_thread_count() != 1) GTEST_SKIP() << "another thread runs: no scan";
+  LoseUnreachable();
+  KeepReachable();
+  ScrubStack();
+  brisk::debug::LeakSummary sum{};
+  brisk::debug::report_leaks(brisk::debug::LeakScope::kUnreachable, &sum);
+  ASSERT_TRUE(sum.scanned) << "the test runs with one thread";
+  std::string r = Reports();
+  // Two groups (TwoNodes's two calls are two stacks), each of one 48-byte block.
+  size_t at = r.find("LoseUnreachable");
+  ASSERT_NE(at, std::string::npos) << r;
+  EXPECT_NE(r.find("LoseUnreachable", at + 1), std::string::npos) << r;
+  EXPECT_NE(r.rfind("brisk: leak: 1 block, 48 bytes (sizes 48) unreachable at exit", at), std::string::npos) << r;
+  EXPECT_EQ(r.find("KeepReachable"), std::string::npos) << r;
+  EXPECT_GE(sum.reported_blocks, 2u);
+  EXPECT_GE(sum.reachable_blocks, 2u);
+  EXPECT_NE(r.find("brisk: leaks: not listed, "), std::string::npos) << r;
+
+  // BRISK_DEBUG_LEAKS=2's scope: every live block.
+  brisk::debug::LeakSummary all{};
+  brisk::debug::report_leaks(brisk::debug::LeakScope::kAll, &all);
+  EXPECT_FALSE(all.scanned);
+  EXPECT_EQ(all.reported_blocks, sum.reported_blocks + sum.reachable_blocks);
+  EXPECT_NE(Reports().find("KeepReachable"), std::string::npos);
+
+  Node* lost = reinterpret_cast<Node*>(g_masked_root ^ kMask);
+  brisk_free(lost->next);
+  brisk_free(lost);
+  brisk_free(g_reachable_root->next);
+  brisk_free(g_reachable_root);
+  g_reachable_root = nullptr;
+}
+
+// While another thread runs (it could unmap memory under the scan) reachability is not told:
+// every live block is listed, and the report says why.
+TEST_F(DebugMode, TheLeakReportListsEveryLiveBlockWhileAnotherThreadRuns) {
+  std::atomic<bool> stop{false};
+  std::thread other([&] {
+    while (!stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  KeepReachable();
+  brisk::debug::LeakSummary sum{};
+  brisk::debug::report_leaks(brisk::debug::LeakScope::kUnreachable, &sum);
+  stop = true;
+  other.join();
+  EXPECT_FALSE(sum.scanned);
+  std::string r = Reports();
+  EXPECT_NE(r.find("KeepReachable"), std::string::npos) << r;
+  EXPECT_NE(r.find("other threads still run at exit"), std::string::npos) << r;
+  brisk_free(g_reachable_root->next);
+  brisk_free(g_reachable_root);
+  g_reachable_root = nullptr;
+}
+
+}  // namespace
+
+namespace {
 
 // A thread that loops malloc/free of one size never leaves its fast path in release mode; it
 // makes a debug block within two iterations of another thread's brisk_debug_enter returning.

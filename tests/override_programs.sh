@@ -3,8 +3,11 @@
 # the outputs are identical and that the preloaded run really bound malloc to libbrisk.so.
 #   override_programs.sh LIBBRISK PROGRAM [debug]     PROGRAM: python3 | sort | sqlite3
 # debug: the preloaded run is in debug mode (BRISK_DEBUG=1, python3 with PYTHONMALLOC=malloc so
-# that its objects are debug blocks), must report nothing (no leak report: BRISK_DEBUG_LEAKS=0,
-# programs leave memory to exit) and print the same output.
+# that its objects are debug blocks), must report nothing and print the same output. The leak
+# report is on (its default, blocks no pointer reaches): a program that leaves memory it still
+# points to for exit to reclaim gets only the line that counts those blocks, never a leak.
+# sort runs without it: coreutils' sort 9.1 (Debian 12) loses one 56-byte block (valgrind
+# --leak-check=full calls it "definitely lost" too), which brisk reports.
 # Exits 77 (ctest SKIP_RETURN_CODE) when PROGRAM is not installed.
 set -euo pipefail
 lib=$(realpath "$1")
@@ -82,14 +85,17 @@ run() {  # run OUTFILE [env...]: runs the command with the given extra environme
 if [ "$mode" = debug ]; then
   export PYTHONMALLOC=malloc
   run "$work/plain.out"
-  run "$work/brisk.out" LD_PRELOAD="$lib" BRISK_DEBUG=1 BRISK_DEBUG_LEAKS=0 BRISK_DEBUG_LOG="$work/debug.log"
+  leaks=1
+  [ "$prog" = sort ] && leaks=0
+  run "$work/brisk.out" LD_PRELOAD="$lib" BRISK_DEBUG=1 BRISK_DEBUG_LEAKS=$leaks BRISK_DEBUG_LOG="$work/debug.log"
   if ! cmp -s "$work/plain.out" "$work/brisk.out"; then
     echo "FAIL: $prog output differs in debug mode" >&2
     diff "$work/plain.out" "$work/brisk.out" | head -20 >&2
     exit 1
   fi
   [ -s "$work/plain.out" ] || { echo "FAIL: $prog printed nothing" >&2; exit 1; }
-  if [ -s "$work/debug.log" ]; then
+  # The line counting blocks still reachable at exit is no report of a problem.
+  if [ -s "$work/debug.log" ] && grep -qv '^brisk: leaks: not listed, ' "$work/debug.log"; then
     echo "FAIL: $prog: debug mode reported:" >&2
     head -40 "$work/debug.log" >&2
     exit 1
