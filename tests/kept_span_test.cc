@@ -6,6 +6,7 @@
 #include <brisk/brisk.h>
 #include <gtest/gtest.h>
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -296,6 +297,45 @@ TEST_F(KeptSpans, AForkWhileKeptSpansGoBackLosesNoneOfThemInTheChild) {
   EXPECT_EQ(WEXITSTATUS(status), 0) << "kept spans of " << kept.size() << " on no list in the child";
   for (unsigned page : pages) EXPECT_EQ(chunk->page_span[page], &chunk->spans[0]) << "in the parent";
   brisk_free(live);
+}
+
+// A signal handler that forks on the thread releasing a chain of kept spans: the fork must not
+// wait for that release, which cannot end until the handler returns (it did, for ever, before
+// the releasing thread was told apart). The child runs and exits; the release ends after.
+std::atomic<int> g_handler_fork_status{-1};
+void ForkInHandler(int) {
+  const pid_t pid = fork();
+  if (pid == 0) _exit(7);
+  int status = 0;
+  if (pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status)) g_handler_fork_status = WEXITSTATUS(status);
+}
+std::atomic<bool> g_raised{false};
+void RaiseOnceInARelease(Span*) {
+  if (!g_raised.exchange(true)) raise(SIGUSR1);
+}
+
+TEST_F(KeptSpans, ASignalHandlerForkingInAReleaseOfKeptSpansDoesNotWaitForIt) {
+  struct sigaction action {}, old {};
+  action.sa_handler = ForkInHandler;
+  sigemptyset(&action.sa_mask);
+  ASSERT_EQ(sigaction(SIGUSR1, &action, &old), 0);
+  struct Restore {
+    struct sigaction old;
+    ~Restore() {
+      g_kept_release_test_hook.store(nullptr);
+      sigaction(SIGUSR1, &old, nullptr);
+      brisk_set_strategy(BRISK_STRATEGY_BALANCED);
+    }
+  } restore{old};
+  EmptySpansOfAnExitedThread(4);
+  ASSERT_GT(KeptBytes(), 0u);
+  g_raised = false;
+  g_handler_fork_status = -1;
+  g_kept_release_test_hook.store(RaiseOnceInARelease);
+  std::thread([] { brisk_set_strategy(BRISK_STRATEGY_LOW_MEMORY); }).join();  // keeps none
+  EXPECT_TRUE(g_raised.load());
+  EXPECT_EQ(g_handler_fork_status.load(), 7) << "the child of the handler's fork did not exit as it should";
+  EXPECT_EQ(KeptBytes(), 0u) << "the interrupted release did not end";
 }
 
 // BRISK_KEPT_SPAN_BYTES bounds the pools' kept spans by the bytes their blocks wrote: the

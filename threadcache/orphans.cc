@@ -55,7 +55,32 @@ void take_kept_locked(CentralPool& pool, Span* s) {
 // to the budget's bytes lost to it for good. A chain is counted under its pool's lock, so once
 // the fork handler holds every pool's lock none starts; it then waits for the count to fall to
 // 0 (kept_releases_wait) before it takes the chunk locks a release takes.
+//
+// A signal handler may fork on a thread that is releasing a chain itself: that release cannot
+// end while the handler waits for it. t_kept_releasing (raised before the count, lowered after)
+// tells the handler so, and it then waits for none (other threads' chains under way may be
+// lost to that child, as before the count). The child's count starts at 0 and its fork
+// generation moves on, so that a chain the parent counted is not taken off the child's count
+// when the interrupted release ends there.
 std::atomic<unsigned> g_kept_releases{0};
+std::atomic<unsigned> g_kept_fork_generation{0};
+__thread unsigned t_kept_releasing __attribute__((tls_model("initial-exec")));
+__thread unsigned t_kept_generation __attribute__((tls_model("initial-exec")));
+
+// Under a pool's lock: counts a chain about to leave its lists.
+void count_kept_release_locked() {
+  ++t_kept_releasing;
+  std::atomic_signal_fence(std::memory_order_seq_cst);  // raised before counted, for a handler
+  t_kept_generation = g_kept_fork_generation.load(std::memory_order_relaxed);
+  g_kept_releases.fetch_add(1, std::memory_order_relaxed);
+}
+// Once the chain's pages are back in their chunks.
+void end_kept_release() {
+  if (t_kept_generation == g_kept_fork_generation.load(std::memory_order_relaxed))
+    g_kept_releases.fetch_sub(1, std::memory_order_release);
+  std::atomic_signal_fence(std::memory_order_seq_cst);  // uncounted before lowered
+  --t_kept_releasing;
+}
 
 // Takes pool's kept spans older than delay_ms (all: every one) off its list, oldest first,
 // into a chain through next, counted in g_kept_releases if there are any; under the pool's lock.
@@ -67,7 +92,7 @@ Span* take_stale_kept_locked(CentralPool& pool, std::uint32_t now, std::uint64_t
     s->next = chain;
     chain = s;
   }
-  if (chain != nullptr) g_kept_releases.fetch_add(1, std::memory_order_relaxed);
+  if (chain != nullptr) count_kept_release_locked();
   return chain;
 }
 
@@ -82,7 +107,7 @@ void release_kept_chain(Span* chain) {
     s->next = nullptr;
     release_span_pages(s);
   }
-  g_kept_releases.fetch_sub(1, std::memory_order_release);
+  end_kept_release();
 }
 
 std::atomic<std::uint64_t> g_kept_swept_ms{0};
@@ -169,17 +194,21 @@ bool release_kept_span_for_pages(unsigned pages) {
     s = pool.kept_tail;
     if (s == nullptr) return false;
     take_kept_locked(pool, s);  // s->next is null off the list
-    g_kept_releases.fetch_add(1, std::memory_order_relaxed);
+    count_kept_release_locked();
   }
   release_kept_chain(s);
   return true;
 }
 
 void kept_releases_wait() {
+  if (t_kept_releasing != 0) return;  // a handler forking on a thread in a release (above)
   // A release gives pages back (a madvise or an munmap each): yield rather than spin.
   while (g_kept_releases.load(std::memory_order_acquire) != 0) sched_yield();
 }
-void kept_releases_reset_in_child() { g_kept_releases.store(0, std::memory_order_relaxed); }
+void kept_releases_reset_in_child() {
+  g_kept_fork_generation.fetch_add(1, std::memory_order_relaxed);
+  g_kept_releases.store(0, std::memory_order_relaxed);
+}
 
 // A thread freeing into a span whose owner exited takes the span over (one lock round-trip)
 // instead of sending each block through the orphan queue (one lock round-trip per block): the
