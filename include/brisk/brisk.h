@@ -123,15 +123,18 @@ typedef struct brisk_stats {
 
 /* Fills the first min(size, sizeof(brisk_stats)) bytes of *out (size: the caller's
  * sizeof(brisk_stats)) and returns the library's sizeof(brisk_stats). brisk_stats only grows,
- * at its end: a program built against an older brisk.h gets the fields it knows from a newer
- * library, and the size returned tells one built against a newer header which fields an older
- * library left as they were. brisk_get_stats(out) passes sizeof *out. */
+ * at its end: a program built against this brisk.h or a later one gets from any library the
+ * fields both know, nothing written past its struct, and from the size returned which fields
+ * an older library left as they were. brisk_get_stats(out) is a macro that passes the
+ * sizeof(brisk_stats) of the header it was compiled with; call it unqualified (not as
+ * ::brisk_get_stats in C++). */
 size_t brisk_get_stats_sized(brisk_stats* out, size_t size);
-/* The function itself (also (brisk_get_stats)(out), or through dlsym) writes the fields above,
- * up to kept_span_bytes, for programs built before brisk_get_stats_sized; a field appended to
- * brisk_stats is written only through brisk_get_stats_sized. */
+/* The function itself ((brisk_get_stats)(out), a pointer to it, dlsym) writes the 28 fields
+ * above, up to kept_span_bytes, for programs built before brisk_get_stats_sized existed (a
+ * header older than the field kept_span_bytes had 27: no release of brisk had such a header);
+ * a field appended to brisk_stats is written only through brisk_get_stats_sized. */
 void brisk_get_stats(brisk_stats* out);
-#define brisk_get_stats(out) ((void)brisk_get_stats_sized((out), sizeof *(out)))
+#define brisk_get_stats(out) ((void)brisk_get_stats_sized((out), sizeof(brisk_stats)))
 
 /* Per size class (small blocks, up to 64 KiB). */
 #define BRISK_SIZE_CLASSES 80
