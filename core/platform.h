@@ -113,15 +113,17 @@ std::size_t process_resident_bytes();
 // The number of threads of the process (/proc/self/stat's num_threads), read without malloc;
 // 0 if it cannot be read.
 std::size_t process_thread_count();
-// The debug layer's leak scan (debug/leaks.cc): calls visit(begin, end, context) for each run
-// of resident pages of every private, writable mapping of the process, in address order, as
-// /proc/self/maps lists them (read without malloc), leaving out device mappings (paths under
-// /dev/) and mappings over 64 GiB (reservations). Pages mincore does not vouch for are left
-// out: untouched pages hold nothing and are not faulted in, swapped-out ones are not read back.
-// Call it with no other thread running: a mapping unmapped meanwhile would fault. False if
-// /proc/self/maps cannot be read.
-bool for_each_resident_writable_run(void (*visit)(std::uintptr_t begin, std::uintptr_t end, void* context),
-                                    void* context);
+// The process's mappings as /proc/self/maps lists them, in address order, read without malloc
+// (for the debug layer's leak scan, debug/leaks.cc). path: "" for an anonymous mapping, valid
+// during the call only. Call it with no other thread running that could map or unmap: a line
+// read late may describe a mapping already gone. False if /proc/self/maps cannot be read.
+struct Mapping {
+  std::uintptr_t begin, end;
+  bool readable, writable, is_private;
+  const char* path;
+};
+using MappingVisitor = void (*)(const Mapping& mapping, void* context);
+bool for_each_mapping(MappingVisitor visit, void* context);
 // visit(begin, end, context) for each run of [begin, end) on pages mincore says are resident
 // (the run clipped to [begin, end)); pages it does not vouch for are left out.
 void for_each_resident_page_run(std::uintptr_t begin, std::uintptr_t end,

@@ -567,30 +567,25 @@ std::uintptr_t parse_hex(const char*& p) {
   }
 }
 
-constexpr std::uintptr_t kMaxScannedMapping = std::uintptr_t{64} << 30;
-
 // One line of /proc/self/maps: "begin-end perms offset dev inode [path]".
-void visit_mapping_line(const char* line, void (*visit)(std::uintptr_t, std::uintptr_t, void*), void* context) {
+void visit_mapping_line(const char* line, MappingVisitor visit, void* context) {
   const char* p = line;
   const std::uintptr_t begin = parse_hex(p);
   if (*p++ != '-') return;
   const std::uintptr_t end = parse_hex(p);
-  if (*p++ != ' ' || p[0] != 'r' || p[1] != 'w' || p[3] != 'p') return;
-  // Larger than any heap, stack or data segment: a reservation (a sanitizer's shadow memory is
-  // terabytes), whose mincore walk alone would take seconds.
-  if (end - begin > kMaxScannedMapping) return;
+  if (*p++ != ' ' || p[0] == '\0' || p[1] == '\0' || p[2] == '\0' || p[3] == '\0') return;
+  Mapping m{begin, end, p[0] == 'r', p[1] == 'w', p[3] == 'p', ""};
   for (int field = 0; field < 4 && p != nullptr; ++field) p = strchr(p + 1, ' ');  // to the path
   if (p != nullptr) {
     while (*p == ' ') ++p;
-    if (strncmp(p, "/dev/", 5) == 0) return;
+    m.path = p;
   }
-  for_each_resident_page_run(begin, end, visit, context);
+  visit(m, context);
 }
 
 }  // namespace
 
-bool for_each_resident_writable_run(void (*visit)(std::uintptr_t begin, std::uintptr_t end, void* context),
-                                    void* context) {
+bool for_each_mapping(MappingVisitor visit, void* context) {
   int fd = open_nc("/proc/self/maps", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
   static char text[16384];  // one caller at a time: the leak report, at exit, single-threaded

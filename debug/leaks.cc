@@ -11,14 +11,19 @@
 // marked are scanned the same way. What stays unmarked is a leak: no pointer to it is left.
 // Conservative: any word that looks like a pointer counts, so a leak can hide behind a stale
 // value (a dead stack slot, a freed block's old contents outside the quarantine's pattern),
-// but a block the program still points to is never reported.
+// but a block the program still points to from the memory read is never reported.
 //
-// Only with no other thread running (the process's thread count is 1): another thread could
-// unmap memory under the scan. Otherwise every live block is reported, as with
-// BRISK_DEBUG_LEAKS=2, and the report says why.
+// Only with no other thread running but brisk's background thread, held before its next pass
+// (background_pause): another thread could unmap memory under the scan. Otherwise every live
+// block is reported, as with BRISK_DEBUG_LEAKS=2, and the report says why. Words are read only
+// in readable mappings (a program may mprotect part of a block), roots only in private
+// writable ones up to 64 GiB that are no device (/dev/zero is); shared mappings, swapped-out
+// pages and words at unaligned addresses are not read, so a block reachable only through them
+// is listed.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "core/lock.h"
 #include "core/platform.h"
@@ -28,6 +33,7 @@
 #include "debug/debug_heap.h"
 #include "debug/report.h"
 #include "debug/stack_trace.h"
+#include "threadcache/background.h"
 
 namespace brisk::debug {
 
@@ -56,17 +62,41 @@ struct LiveRange {
   bool reachable;
 };
 
+// A readable mapping of the process, from /proc/self/maps; root: also a root of the mark.
+struct Readable {
+  std::uintptr_t begin, end;
+  bool root;
+};
+// At most this many readable mappings are kept (Linux's default vm.max_map_count is 65,530);
+// past it, the blocks in the mappings left out are not scanned (their referents may then be
+// listed: the report says so).
+constexpr std::size_t kMaxReadable = 65536;
+// Larger than any heap, stack or data segment: a reservation (a sanitizer's shadow memory is
+// terabytes), whose mincore walk alone would take seconds. Not a root.
+constexpr std::uintptr_t kMaxRootMapping = std::uintptr_t{64} << 30;
+
 // The mark's state: the live blocks sorted by address, the worklist of blocks marked and not
-// yet scanned, both in one mapping of their own that the root scan leaves out.
+// yet scanned and the readable mappings, all in one mapping of their own that the root scan
+// leaves out.
 struct Mark {
   LiveRange* ranges;
   std::size_t count;
   std::uint32_t* work;
   std::size_t pending;
+  Readable* readable;
+  std::size_t readable_count;
+  bool readable_overflow;
   std::uintptr_t lowest;   // ranges[0].begin, tagged
   std::uintptr_t highest;  // ranges[count - 1].end, tagged
   std::uintptr_t own_begin, own_end;  // this mapping
 };
+
+// The bytes a mapping of the mark's needs for count live blocks.
+std::size_t mark_bytes(std::size_t count) {
+  const std::size_t bytes = count * sizeof(LiveRange) + count * sizeof(std::uint32_t) +
+                            alignof(Readable) + kMaxReadable * sizeof(Readable);
+  return (bytes + kOsPageSize - 1) & ~(kOsPageSize - 1);
+}
 
 // v, a word read from memory: marks the block whose user bytes it points into.
 BRISK_ALWAYS_INLINE void consider(Mark& m, std::uintptr_t word) {
@@ -116,28 +146,59 @@ void scan_block(std::uintptr_t begin, std::uintptr_t end, void* context) {
   scan_words(*static_cast<Mark*>(context), begin, end);
 }
 
-// Marks the blocks of ranges[0, count) reachable from the roots; false if it could not look
-// (another thread runs, or the memory map could not be read or mapped).
-bool mark_reachable(LiveRange* ranges, std::size_t count) {
+// Records each readable mapping; roots: private, writable, not a device (but /dev/zero, which
+// mapped privately is anonymous memory), not a reservation.
+void record_mapping(const platform::Mapping& mapping, void* context) {
+  Mark& m = *static_cast<Mark*>(context);
+  if (!mapping.readable) return;
+  if (m.readable_count == kMaxReadable) {
+    m.readable_overflow = true;
+    return;
+  }
+  const bool device = std::strncmp(mapping.path, "/dev/", 5) == 0 && std::strcmp(mapping.path, "/dev/zero") != 0;
+  const bool root = mapping.writable && mapping.is_private && !device && mapping.end - mapping.begin <= kMaxRootMapping;
+  m.readable[m.readable_count++] = Readable{mapping.begin, mapping.end, root};
+}
+
+// A marked block's words where its pages are readable: a program may have made some of them
+// inaccessible (mprotect), which mincore does not tell. Blocks of up to 64 KiB are read
+// whole (a live block's pages are resident, or read as zeros); larger ones over their resident
+// pages only.
+void scan_marked(Mark& m, std::uintptr_t begin, std::uintptr_t end) {
+  const Readable* r = std::upper_bound(m.readable, m.readable + m.readable_count, begin,
+                                       [](std::uintptr_t x, const Readable& rd) { return x < rd.end; });
+  for (; r != m.readable + m.readable_count && r->begin < end; ++r) {
+    const std::uintptr_t from = std::max(begin, r->begin), to = std::min(end, r->end);
+    if (to - from <= 64 * 1024) {
+      scan_words(m, from, to);
+    } else {
+      platform::for_each_resident_page_run(from, to, scan_block, &m);
+    }
+  }
+}
+
+// Marks the blocks of ranges[0, count) reachable from the roots, in a mapping of mark_bytes
+// (count) at ranges; false if the memory map could not be read.
+bool mark_reachable(LiveRange* ranges, std::size_t count, bool* overflow) {
   Mark m{};
   m.ranges = ranges;
   m.count = count;
   m.work = reinterpret_cast<std::uint32_t*>(ranges + count);
+  auto readable = reinterpret_cast<std::uintptr_t>(m.work + count);
+  readable = (readable + alignof(Readable) - 1) & ~(alignof(Readable) - 1);
+  m.readable = reinterpret_cast<Readable*>(readable);
   m.lowest = ranges[0].begin;
   m.highest = ranges[count - 1].end;
   m.own_begin = reinterpret_cast<std::uintptr_t>(ranges);
-  m.own_end = reinterpret_cast<std::uintptr_t>(m.work + count);
-  m.own_end = (m.own_end + kOsPageSize - 1) & ~(kOsPageSize - 1);
+  m.own_end = m.own_begin + mark_bytes(count);
+  if (!platform::for_each_mapping(record_mapping, &m)) return false;
+  *overflow = m.readable_overflow;
   __builtin_unwind_init();  // this thread's callee-saved registers onto its stack, a root
-  if (!platform::for_each_resident_writable_run(scan_root, &m)) return false;
+  for (std::size_t i = 0; i < m.readable_count; ++i)
+    if (m.readable[i].root) platform::for_each_resident_page_run(m.readable[i].begin, m.readable[i].end, scan_root, &m);
   while (m.pending > 0) {
     const LiveRange& r = ranges[m.work[--m.pending]];
-    const std::uintptr_t begin = r.begin & ~kTag, end = r.end & ~kTag;
-    if (end - begin <= kOsPageSize) {
-      scan_words(m, begin, end);
-    } else {
-      platform::for_each_resident_page_run(begin, end, scan_block, &m);
-    }
+    scan_marked(m, r.begin & ~kTag, r.end & ~kTag);
   }
   return true;
 }
@@ -195,18 +256,28 @@ int report_leaks(LeakScope scope, LeakSummary* summary) {
   // Reachability, where it can be told: the live blocks sorted, marked from the roots.
   LiveRange* ranges = nullptr;
   std::size_t count = 0, mapped = 0;
-  bool single = false;
+  const char* why_all = nullptr;  // why reachability was not told, for the report
+  bool overflow = false;
   if (scope == LeakScope::kUnreachable) {
-    single = platform::process_thread_count() == 1;
-    const std::size_t live = single ? count_live() : 0;
-    if (live > 0 && live < (std::size_t{1} << 32)) {
-      mapped = (live * (sizeof(LiveRange) + sizeof(std::uint32_t)) + kOsPageSize - 1) & ~(kOsPageSize - 1);
+    // brisk's own background thread (if started) waits before its next pass until the scan
+    // is done: its passes give memory back, which could unmap what the scan reads.
+    const std::size_t expected = 1 + background_pause();
+    const std::size_t threads = platform::process_thread_count();
+    const std::size_t live = threads == expected ? count_live() : 0;
+    if (threads != expected) {
+      why_all = threads == 0 ? "the thread count could not be read (/proc/self/stat)"
+                             : "other threads still run at exit";
+    } else if (live > 0 && live < (std::size_t{1} << 32)) {
+      mapped = mark_bytes(live);
       ranges = static_cast<LiveRange*>(platform::map(mapped));
+      if (ranges == nullptr) why_all = "no memory for the scan";
     }
     if (ranges != nullptr) {
       count = collect_live(ranges, live);
-      sum.scanned = count > 0 && mark_reachable(ranges, count);
+      sum.scanned = count > 0 && mark_reachable(ranges, count, &overflow);
+      if (count > 0 && !sum.scanned) why_all = "/proc/self/maps could not be read";
     }
+    background_resume();
   }
   if (sum.scanned) {
     for (std::size_t i = 0; i < count; ++i) {
@@ -288,9 +359,18 @@ int report_leaks(LeakScope scope, LeakSummary* summary) {
     w.text(" bytes still allocated at exit that the program can still reach (from its globals, stacks or other "
            "blocks); BRISK_DEBUG_LEAKS=2 lists them too\n");
     emit_report(text, w.finish());
-  } else if (scope == LeakScope::kUnreachable && !single && groups > 0) {
+  }
+  if (sum.scanned && overflow) {
     TextWriter w(text, sizeof text);
-    w.text("brisk: leaks: other threads still run at exit, so every live block is listed, reachable or not\n");
+    w.text("brisk: leaks: more mappings than the scan keeps; blocks in the rest were not scanned, so some listed "
+           "blocks may be reachable through them\n");
+    emit_report(text, w.finish());
+  }
+  if (why_all != nullptr && groups > 0) {
+    TextWriter w(text, sizeof text);
+    w.text("brisk: leaks: every live block is listed, reachable or not: ");
+    w.text(why_all);
+    w.put('\n');
     emit_report(text, w.finish());
   }
   sum.groups = groups;

@@ -97,11 +97,18 @@ void clear_spans() {
   g_spans.count = 0;
 }
 
+// Held by the background thread for each pass, and by background_pause: outermost of brisk's
+// locks (nothing else is held when it is taken).
+SpinLock g_pass_gate;
+
 void* background_main(void*) {
   platform::name_this_thread("brisk-bg");
   for (;;) {
     std::uint64_t sleep = 1000;  // lever off (a strategy switch may turn it on again)
-    if (options::get(options::Id::kBackground) != 0) sleep = background_pass(platform::now_ms());
+    if (options::get(options::Id::kBackground) != 0) {
+      LockGuard gate(g_pass_gate);
+      sleep = background_pass(platform::now_ms());
+    }
     platform::sleep_ms(sleep);
   }
   return nullptr;
@@ -118,7 +125,16 @@ void background_maybe_start() {
   if (!platform::start_thread(background_main, nullptr)) g_state.store(0, std::memory_order_relaxed);
 }
 
-void background_reset_in_child() { g_state.store(0, std::memory_order_relaxed); }
+void background_reset_in_child() {
+  g_state.store(0, std::memory_order_relaxed);
+  g_pass_gate.reset_after_fork();  // the parent's thread may have held it: it is not here
+}
+
+std::size_t background_pause() {
+  g_pass_gate.lock();
+  return g_state.load(std::memory_order_acquire) != 0 ? 1 : 0;
+}
+void background_resume() { g_pass_gate.unlock(); }
 void background_locks_acquire() { g_pass_lock.lock(); }
 void background_locks_release() { g_pass_lock.unlock(); }
 void background_locks_reset_in_child() { g_pass_lock.reset_after_fork(); }

@@ -18,6 +18,13 @@ class Heap;
 void background_maybe_start();
 // The child of fork has no background thread; the next heap it creates starts one.
 void background_reset_in_child();
+// The debug layer's leak scan (debug/leaks.cc) reads the whole process's memory at exit; a
+// pass could unmap some of it meanwhile. background_pause waits for a pass under way to end
+// and holds the next one back until background_resume; it returns how many background threads
+// the process may have (0 or 1), which the scan allows besides its own. Not for a fork child's
+// forking thread between prepare and parent (nor does fork take it): the child resets it.
+std::size_t background_pause();
+void background_resume();
 // Fork support: the pass lock, taken after the heap pool's and before the central pools'.
 void background_locks_acquire();
 void background_locks_release();
