@@ -229,9 +229,10 @@ namespace {
 // resident or all not, in address order (mincore). One vector byte per page; 4096 of them cover
 // 16 MiB per call. mincore only reads page tables: unlike madvise or munmap it flushes no TLB,
 // which in a VM costs an interrupt to every other CPU. Where mincore fails, its window counts as
-// resident (unknown: the callers then do what is safe for resident pages).
+// resident (unknown: the callers then do what is safe for resident pages), or, with
+// !unknown_resident, as not resident (a caller that reads the pages: they may be unmapped).
 template <typename Run>
-void for_each_resident_run(void* p, std::size_t size, Run run) {
+void for_each_resident_run(void* p, std::size_t size, Run run, bool unknown_resident = true) {
   unsigned char vec[4096];
   stats::g.os_resident_calls.fetch_add(1, std::memory_order_relaxed);
   char* c = static_cast<char*>(p);
@@ -241,7 +242,7 @@ void for_each_resident_run(void* p, std::size_t size, Run run) {
     char* w = c + done;
     done += window;
     if (mincore(w, window, vec) != 0) {
-      run(w, window, true);
+      run(w, window, unknown_resident);
       continue;
     }
     const std::size_t pages = window / kOsPageSize;
@@ -534,25 +535,15 @@ std::size_t process_thread_count() {
 
 void for_each_resident_page_run(std::uintptr_t begin, std::uintptr_t end,
                                 void (*visit)(std::uintptr_t begin, std::uintptr_t end, void* context), void* context) {
-  unsigned char vec[4096];
-  for (std::uintptr_t w = begin & ~(kOsPageSize - 1); w < end;) {
-    std::uintptr_t window = end - w;
-    if (window > sizeof vec * kOsPageSize) window = sizeof vec * kOsPageSize;
-    if (mincore(reinterpret_cast<void*>(w), window, vec) == 0) {
-      const std::size_t pages = (window + kOsPageSize - 1) / kOsPageSize;
-      for (std::size_t i = 0; i < pages;) {
-        if ((vec[i] & 1) == 0) {
-          ++i;
-          continue;
-        }
-        std::size_t j = i + 1;
-        while (j < pages && (vec[j] & 1) != 0) ++j;
-        visit(std::max(begin, w + i * kOsPageSize), std::min(end, w + j * kOsPageSize), context);
-        i = j;
-      }
-    }
-    w += window;
-  }
+  const std::uintptr_t from = begin & ~(kOsPageSize - 1);
+  const std::uintptr_t to = (end + kOsPageSize - 1) & ~(kOsPageSize - 1);
+  for_each_resident_run(
+      reinterpret_cast<void*>(from), to - from,
+      [&](char* run, std::size_t bytes, bool resident) {
+        const auto at = reinterpret_cast<std::uintptr_t>(run);
+        if (resident) visit(std::max(begin, at), std::min(end, at + bytes), context);
+      },
+      false);
 }
 
 namespace {

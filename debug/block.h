@@ -115,8 +115,7 @@ extern std::atomic<void (*)()> g_idle_quarantine_test_hook;
 // none. summary, if given: what was found (leaks.cc explains the reachability scan).
 enum class LeakScope { kUnreachable, kAll };
 struct LeakSummary {
-  bool scanned;  // reachability was told (one thread, the memory map read)
-  int groups;
+  bool scanned;  // reachability was told (no thread ran but brisk-bg, paused; the map was read)
   std::size_t reported_blocks, reported_bytes;
   std::size_t reachable_blocks, reachable_bytes;  // not reported
 };

@@ -205,24 +205,28 @@ __attribute__((no_sanitize("address"))) bool mark_reachable(LiveRange* ranges, s
   return true;
 }
 
+// visit(h) for every live debug block, each debug heap's under its live lock.
+template <typename Visit>
+void for_each_live_block(Visit visit) {
+  for (DebugHeap* d = first_debug_heap(); d != nullptr; d = d->registry_next) {
+    LiveLock g(d);
+    for (Header* h = d->live; h != nullptr; h = h->next) visit(h);
+  }
+}
+
 // The live debug blocks, counted, then copied into a mapping of their own, sorted.
 std::size_t count_live() {
   std::size_t n = 0;
-  for (DebugHeap* d = first_debug_heap(); d != nullptr; d = d->registry_next) {
-    LiveLock g(d);
-    for (Header* h = d->live; h != nullptr; h = h->next) ++n;
-  }
+  for_each_live_block([&](const Header*) { ++n; });
   return n;
 }
 std::size_t collect_live(LiveRange* ranges, std::size_t capacity) {
   std::size_t n = 0;
-  for (DebugHeap* d = first_debug_heap(); d != nullptr; d = d->registry_next) {
-    LiveLock g(d);
-    for (Header* h = d->live; h != nullptr && n < capacity; h = h->next) {
-      const auto begin = reinterpret_cast<std::uintptr_t>(user_of(h)) | kTag;
-      ranges[n++] = LiveRange{begin, begin + (h->user_size == 0 ? 1 : h->user_size), h, false};
-    }
-  }
+  for_each_live_block([&](Header* h) {
+    if (n == capacity) return;
+    const auto begin = reinterpret_cast<std::uintptr_t>(user_of(h)) | kTag;
+    ranges[n++] = LiveRange{begin, begin + (h->user_size == 0 ? 1 : h->user_size), h, false};
+  });
   std::sort(ranges, ranges + n, [](const LiveRange& a, const LiveRange& b) { return a.begin < b.begin; });
   return n;
 }
@@ -294,14 +298,11 @@ int report_leaks(LeakScope scope, LeakSummary* summary) {
       add_to_group(&groups, &ungrouped, &ungrouped_bytes, h);
     }
   } else {
-    for (DebugHeap* d = first_debug_heap(); d != nullptr; d = d->registry_next) {
-      LiveLock g(d);
-      for (Header* h = d->live; h != nullptr; h = h->next) {
-        ++sum.reported_blocks;
-        sum.reported_bytes += h->user_size;
-        add_to_group(&groups, &ungrouped, &ungrouped_bytes, h);
-      }
-    }
+    for_each_live_block([&](const Header* h) {
+      ++sum.reported_blocks;
+      sum.reported_bytes += h->user_size;
+      add_to_group(&groups, &ungrouped, &ungrouped_bytes, h);
+    });
   }
   if (ranges != nullptr) platform::unmap(ranges, mapped);
   // Largest total first, so the worst leak heads the log (a selection sort: few groups).
@@ -375,7 +376,6 @@ int report_leaks(LeakScope scope, LeakSummary* summary) {
     w.put('\n');
     emit_report(text, w.finish());
   }
-  sum.groups = groups;
   if (summary != nullptr) *summary = sum;
   return groups;
 }

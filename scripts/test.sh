@@ -53,8 +53,9 @@ fi
 # run_soak DIR : the soak stage. One run of `brisk-stress all` per mode, preloading the checked
 # library; a run that fails verification, aborts on an assertion or passes the timeout counts
 # as failed, and its output is kept as DIR/soak-N.log. A mode's variables are split on purpose
-# (`env $mode`); debug mode runs with its leak report off, which would list what the C library
-# keeps to the process's end (stdio buffers, the TLS of the threads whose stacks it caches).
+# (`env $mode`); debug mode runs with its leak report off: brisk-stress exits with oneTBB's
+# worker threads running, so the report could not tell reachable blocks (stdio buffers, the TLS
+# of cached thread stacks) from leaks and would list every live block.
 run_soak() {
   local dir=$1 n=0 ok=0 mode
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBRISK_CHECKED=ON -DBRISK_BUILD_STRESS=ON \
