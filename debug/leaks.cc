@@ -13,8 +13,12 @@
 // value (a dead stack slot, a freed block's old contents outside the quarantine's pattern),
 // but a block the program still points to from the memory read is never reported.
 //
-// Only with no other thread running but brisk's background thread, held before its next pass
-// (background_pause): another thread could unmap memory under the scan. Otherwise every live
+// The other threads of the process are stopped while the mark reads (core/platform_stop.h:
+// ptrace from a helper process, as LeakSanitizer does), their registers copied into a mapping
+// that the mark reads as a root; brisk's own background thread is also held before its next
+// pass (background_pause). Running, a thread could unmap memory under the scan, or move a
+// pointer from a word not yet read to one already read. Where they cannot be stopped (a debugger
+// already traces the process, ptrace is forbidden; the report names the reason) every live
 // block is reported, as with BRISK_DEBUG_LEAKS=2, and the report says why. Words are read only
 // in readable mappings (a program may mprotect part of a block), roots only in private
 // writable ones up to 64 GiB that are no device (/dev/zero is); shared mappings, swapped-out
@@ -27,6 +31,7 @@
 
 #include "core/lock.h"
 #include "core/platform.h"
+#include "core/platform_stop.h"
 #include "core/text_writer.h"
 #include "debug/block.h"
 #include "debug/block_layout.h"
@@ -49,6 +54,7 @@ struct LeakGroup {
 };
 constexpr int kMaxLeakGroups = 256;
 LeakGroup g_leak_groups[kMaxLeakGroups];  // report_leaks runs once, at exit
+char g_why_text[256];  // why reachability was not told, when it is composed
 
 // A live debug block's user bytes, for the mark, as tagged addresses: kTag set, which keeps
 // their order and makes them no pointer (not canonical on x86-64 or AArch64). The scan reads
@@ -214,19 +220,42 @@ void for_each_live_block(Visit visit) {
   }
 }
 
-// The live debug blocks, counted, then copied into a mapping of their own, sorted.
+// Every debug heap's live lock, with the blocks made before it on the live list, for the
+// scan; with the other threads stopped, by try_lock (a stopped thread may hold one: false,
+// and none is left taken).
+void unlock_live_until(DebugHeap* until) {
+  for (DebugHeap* d = first_debug_heap(); d != until; d = d->registry_next) d->live_lock.unlock();
+}
+bool lock_every_live_list(bool others_stopped) {
+  for (DebugHeap* d = first_debug_heap(); d != nullptr; d = d->registry_next) {
+    if (others_stopped) {
+      if (!d->live_lock.try_lock()) {
+        unlock_live_until(d);
+        return false;
+      }
+    } else {
+      d->live_lock.lock();
+    }
+    link_made(d);
+  }
+  return true;
+}
+
+// The live debug blocks (every live list locked), counted, then copied into a mapping of their
+// own, sorted.
 std::size_t count_live() {
   std::size_t n = 0;
-  for_each_live_block([&](const Header*) { ++n; });
+  for (DebugHeap* d = first_debug_heap(); d != nullptr; d = d->registry_next)
+    for (Header* h = d->live; h != nullptr; h = h->next) ++n;
   return n;
 }
 std::size_t collect_live(LiveRange* ranges, std::size_t capacity) {
   std::size_t n = 0;
-  for_each_live_block([&](Header* h) {
-    if (n == capacity) return;
-    const auto begin = reinterpret_cast<std::uintptr_t>(user_of(h)) | kTag;
-    ranges[n++] = LiveRange{begin, begin + (h->user_size == 0 ? 1 : h->user_size), h, false};
-  });
+  for (DebugHeap* d = first_debug_heap(); d != nullptr; d = d->registry_next)
+    for (Header* h = d->live; h != nullptr && n < capacity; h = h->next) {
+      const auto begin = reinterpret_cast<std::uintptr_t>(user_of(h)) | kTag;
+      ranges[n++] = LiveRange{begin, begin + (h->user_size == 0 ? 1 : h->user_size), h, false};
+    }
   std::sort(ranges, ranges + n, [](const LiveRange& a, const LiveRange& b) { return a.begin < b.begin; });
   return n;
 }
@@ -269,19 +298,47 @@ int report_leaks(LeakScope scope, LeakSummary* summary) {
     // is done: its passes give memory back, which could unmap what the scan reads.
     const std::size_t expected = 1 + background_pause();
     const std::size_t threads = platform::process_thread_count();
-    const std::size_t live = threads == expected ? count_live() : 0;
-    if (threads != expected) {
-      why_all = threads == 0 ? "the thread count could not be read (/proc/self/stat)"
-                             : "other threads still run at exit";
-    } else if (live > 0 && live < (std::size_t{1} << 32)) {
-      mapped = mark_bytes(live);
-      ranges = static_cast<LiveRange*>(platform::map(mapped));
-      if (ranges == nullptr) why_all = "no memory for the scan";
+    const bool others = threads != expected;
+    bool locked = false;
+    if (threads == 0) {
+      why_all = "the thread count could not be read (/proc/self/stat)";
+    } else if (!others) {
+      locked = lock_every_live_list(false);
+    } else {
+      // A stopped thread holding a live lock (inside a debug allocation or free) lets it go
+      // once it runs again: a few tries, a millisecond apart.
+      for (int attempt = 0; attempt < 50 && !locked; ++attempt) {
+        if (attempt > 0) platform::sleep_ms(1);
+        if (!platform::stop_other_threads()) break;
+        locked = lock_every_live_list(true);
+        if (!locked) platform::resume_other_threads();
+      }
+      if (!locked) {
+        TextWriter w(g_why_text, sizeof g_why_text);
+        w.text("other threads still run at exit, and they could not be stopped for the scan: ");
+        w.text(platform::stop_failure()[0] != '\0' ? platform::stop_failure()
+                                                    : "a stopped thread held a debug heap's lock each time");
+        w.finish();
+        why_all = g_why_text;
+      }
     }
-    if (ranges != nullptr) {
-      count = collect_live(ranges, live);
-      sum.scanned = count > 0 && mark_reachable(ranges, count, &overflow);
-      if (count > 0 && !sum.scanned) why_all = "/proc/self/maps could not be read";
+    if (locked) {
+      const std::size_t live = count_live();
+      if (live > 0 && live < (std::size_t{1} << 32)) {
+        mapped = mark_bytes(live);
+        ranges = static_cast<LiveRange*>(platform::map(mapped));
+        if (ranges == nullptr) why_all = "no memory for the scan";
+      }
+      if (ranges != nullptr) {
+        count = collect_live(ranges, live);
+        sum.scanned = count > 0 && mark_reachable(ranges, count, &overflow);
+        if (count > 0 && !sum.scanned) why_all = "/proc/self/maps could not be read";
+      }
+      unlock_live_until(nullptr);
+      if (others) {
+        sum.threads_stopped = platform::stopped_thread_count();
+        platform::resume_other_threads();
+      }
     }
     background_resume();
   }
