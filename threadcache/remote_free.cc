@@ -16,6 +16,7 @@ namespace brisk {
 
 std::atomic<void (*)(Heap*)> g_switch_destination_test_hook{nullptr};
 std::atomic<void (*)(Heap*)> g_take_outgoing_test_hook{nullptr};
+std::atomic<void (*)(Heap*)> g_remote_medium_test_hook{nullptr};
 
 void send_chain(Heap* dest, Block* first, Block* last, std::size_t bytes) {
   // Counted before the push, on the sender's stripe; the consumer uncounts it after its take,
@@ -136,6 +137,7 @@ void outgoing_add(Heap* h, Heap* dest, Block* b, std::size_t size) {
 // busy owner gets the block through its queue.
 bool free_remote_medium(Heap* h, Heap* owner, Span* s) {
   if (owner == &g_orphan_heap || !owner->slow_lock.try_lock()) return false;
+  if (auto hook = g_remote_medium_test_hook.load(std::memory_order_relaxed); BRISK_UNLIKELY(hook != nullptr)) hook(owner);
   // Under the lock: a heap that stopped serving has handed its spans to the central pools.
   bool released = owner->serving && s->owner.load(std::memory_order_acquire) == owner;
   if (released) {

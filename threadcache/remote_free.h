@@ -41,6 +41,9 @@ void heap_process_blocks(Heap* h, Block* chain);  // frees a chain sent to h
 // out_busy.
 extern std::atomic<void (*)(Heap* h)> g_switch_destination_test_hook;
 extern std::atomic<void (*)(Heap* h)> g_take_outgoing_test_hook;
+// Test hook, null in production: free_remote_medium calls it with the owner once it holds the
+// owner's slow lock, so a test can hold that lock there (tests/fork_heap_lock_test.cc).
+extern std::atomic<void (*)(Heap* owner)> g_remote_medium_test_hook;
 // Counts a chain of `bytes` taken from a queue (stats::Stripe::remote_queued_bytes).
 void note_chain_taken(std::size_t bytes);
 // The next block of a chain of remote frees, checked: a chain crosses spans and chunks, so a
