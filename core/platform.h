@@ -113,10 +113,11 @@ std::size_t process_resident_bytes();
 // The number of threads of the process (/proc/self/stat's num_threads), read without malloc;
 // 0 if it cannot be read.
 std::size_t process_thread_count();
-// The process's mappings as /proc/self/maps lists them, in address order, read without malloc
-// (for the debug layer's leak scan, debug/leaks.cc). path: "" for an anonymous mapping, valid
-// during the call only. Call it with no other thread running that could map or unmap: a line
-// read late may describe a mapping already gone. False if /proc/self/maps cannot be read.
+// The process's mappings as /proc/thread-self/maps lists them (/proc/self/maps before Linux
+// 3.17), in address order, read without malloc (for the debug layer's leak scan,
+// debug/leaks.cc). path: "" for an anonymous mapping, valid during the call only. Call it with
+// no other thread running that could map or unmap: a line read late may describe a mapping
+// already gone. False if the file cannot be read.
 struct Mapping {
   std::uintptr_t begin, end;
   bool readable, writable, is_private;

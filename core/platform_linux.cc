@@ -577,7 +577,10 @@ void visit_mapping_line(const char* line, MappingVisitor visit, void* context) {
 }  // namespace
 
 bool for_each_mapping(MappingVisitor visit, void* context) {
-  int fd = open_nc("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  // The calling thread's view (Linux 3.17 on), which is the process's: /proc/self/maps is read
+  // through the main thread, and once that thread has called pthread_exit it lists nothing.
+  int fd = open_nc("/proc/thread-self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fd = open_nc("/proc/self/maps", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
   static char text[16384];  // one caller at a time: the leak report, at exit, single-threaded
   std::size_t held = 0;

@@ -7,9 +7,11 @@
 // into a Control block here. It runs with every signal blocked (a copy of the program's handlers
 // must not run in it) and shares the calling thread's TLS (no CLONE_SETTLS), so it calls no C
 // library function: its system calls are made inline (raw_syscall), which return -errno and
-// leave errno, the caller's, alone while the caller waits in system calls of its own. Yama's ptrace_scope 1
-// lets a process trace only its descendants: the tracer is a child, not an ancestor, so the
-// caller names it with PR_SET_PTRACER first.
+// leave errno, the caller's, alone while the caller waits in system calls of its own. Yama's
+// ptrace_scope 1 lets a process trace only its descendants: the tracer is a child, not an
+// ancestor, so the caller names it with PR_SET_PTRACER first (only then: yama_names_tracers).
+// Each listing of /proc/self/task seizes and interrupts every thread new in it before waiting
+// for any, so they stop side by side, under one deadline.
 //
 // The handshake is one word, Control::state, waited on with a private futex (both processes
 // share the mm, which is what a private futex is keyed on):
@@ -54,8 +56,7 @@ enum Failure : int { kNone, kAttachFailed, kTimeout, kTooMany, kTaskList, kRegis
 
 struct Control {
   std::atomic<int> state;
-  int pid;      // the process whose threads are stopped
-  char task_path[32];  // "/proc/<pid>/task"
+  int task_fd;  // /proc/self/task of the process, opened by the caller
   int caller;   // its thread that stops the others, not stopped
   int failure;  // a Failure, when state is kFailed
   int failure_errno;
@@ -69,6 +70,7 @@ struct World {
   Control* control = nullptr;
   char* stack = nullptr;
   int tracer = -1;
+  bool ptracer_named = false;  // PR_SET_PTRACER set for the tracer, to be undone
   char failure[160] = "";
 };
 World g_world;  // one caller at a time (platform_stop.h)
@@ -130,22 +132,48 @@ BRISK_TRACER void fail(Control* c, int failure, int tid, int error) {
   c->failure_errno = error;
 }
 
-// Whether tid stops: attached (seized, so no SIGSTOP is queued that could outlive the tracer),
-// interrupted, and waited for until its interrupt stop. A signal arriving first stops it for the
-// tracer (signal-delivery-stop): it goes on to the thread, and the interrupt's stop follows.
-// 1 stopped, 0 gone (exited meanwhile), -1 failed (recorded in c).
-BRISK_TRACER int attach(Control* c, int tid) {
+// Whether the thread of /proc/self/task/<name> has exited (zombie or dead): the main thread
+// after pthread_exit stays listed as a zombie until the process ends, and the kernel refuses to
+// seize it (EPERM). Its stack stays mapped, a root like any other.
+BRISK_TRACER bool exited(const Control* c, const char* name) {
+  char path[32];
+  int n = 0;
+  for (const char* p = name; *p != '\0' && n < 20; ++p) path[n++] = *p;
+  for (const char* p = "/stat"; *p != '\0'; ++p) path[n++] = *p;
+  path[n] = '\0';
+  const long fd = sys(SYS_openat, c->task_fd, path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return fd == -ENOENT;  // gone meanwhile
+  char text[512];
+  const long got = sys(SYS_read, fd, text, sizeof text);
+  sys(SYS_close, fd);
+  // "tid (comm) S ...": comm may hold anything, so the state is read after the last ')'.
+  long close_paren = -1;
+  for (long k = 0; k < got; ++k)
+    if (text[k] == ')') close_paren = k;
+  return close_paren >= 0 && close_paren + 2 < got && (text[close_paren + 2] == 'Z' || text[close_paren + 2] == 'X');
+}
+
+// Seizes tid (with PTRACE_SEIZE no SIGSTOP is queued that could outlive the tracer) and
+// interrupts it: 1 on its way to its interrupt stop, 0 gone, -1 failed (recorded in c).
+BRISK_TRACER int seize(Control* c, int tid, const char* name) {
   long r = sys(SYS_ptrace, PTRACE_SEIZE, tid, 0, 0);
+  if (r == -EPERM && exited(c, name)) return 0;
   if (r == 0) r = sys(SYS_ptrace, PTRACE_INTERRUPT, tid, 0, 0);
+  if (r == -ESRCH) return 0;
   if (r != 0) {
-    if (r == -ESRCH) return 0;
     fail(c, kAttachFailed, tid, static_cast<int>(-r));
     return -1;
   }
-  const long deadline = now_ns() + kStopTimeoutNs;
+  return 1;
+}
+
+// Waits for a seized and interrupted tid's stop until deadline (ns): 1 stopped, 0 gone, -1
+// failed. A signal arriving first stops it for the tracer (signal-delivery-stop): it goes on to
+// the thread, and the interrupt's stop follows.
+BRISK_TRACER int wait_stopped(Control* c, int tid, long deadline) {
   for (;;) {
     int status = 0;
-    r = sys(SYS_wait4, tid, &status, __WALL | WNOHANG, 0);
+    const long r = sys(SYS_wait4, tid, &status, __WALL | WNOHANG, 0);
     if (r < 0) {
       if (r == -EINTR) continue;
       return 0;  // ECHILD: it exited and was reaped
@@ -171,24 +199,19 @@ BRISK_TRACER bool attached(const Control* c, int tid) {
   return false;
 }
 
-// Attaches every thread of the process not yet attached; -1 failed, else how many were new.
+// Seizes and interrupts every listed thread not yet in c->tids, then waits for all of them
+// (one deadline for the pass: they stop side by side); -1 failed, else how many were new.
 BRISK_TRACER int attach_listed(Control* c) {
-  const long fd = sys(SYS_openat, AT_FDCWD, c->task_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) {
-    fail(c, kTaskList, 0, static_cast<int>(-fd));
-    return -1;
-  }
-  int added = 0;
-  alignas(8) char buffer[4096];
+  const std::size_t first = c->count;
+  sys(SYS_lseek, c->task_fd, 0, SEEK_SET);
+  alignas(8) char buffer[32768];
   for (;;) {
-    const long n = sys(SYS_getdents64, fd, buffer, sizeof buffer);
-    if (n <= 0) {
-      if (n < 0) {
-        fail(c, kTaskList, 0, static_cast<int>(-n));
-        added = -1;
-      }
-      break;
+    const long n = sys(SYS_getdents64, c->task_fd, buffer, sizeof buffer);
+    if (n < 0) {
+      fail(c, kTaskList, 0, static_cast<int>(-n));
+      return -1;
     }
+    if (n == 0) break;
     for (long at = 0; at < n;) {
       // struct linux_dirent64: d_ino (8), d_off (8), d_reclen (2), d_type (1), d_name.
       const long reclen = static_cast<unsigned char>(buffer[at + 16]) | static_cast<unsigned char>(buffer[at + 17]) << 8;
@@ -200,23 +223,25 @@ BRISK_TRACER int attach_listed(Control* c) {
       if (tid == c->caller || attached(c, tid)) continue;
       if (c->count == kMaxStopped) {
         fail(c, kTooMany, 0, 0);
-        added = -1;
-        break;
+        return -1;
       }
-      const int r = attach(c, tid);
-      if (r < 0) {
-        added = -1;
-        break;
-      }
-      if (r == 1) {
-        c->tids[c->count++] = tid;
-        ++added;
-      }
+      const int r = seize(c, tid, name);
+      if (r < 0) return -1;
+      if (r == 1) c->tids[c->count++] = tid;
     }
-    if (added < 0) break;
   }
-  sys(SYS_close, fd);
-  return added;
+  const long deadline = now_ns() + kStopTimeoutNs;
+  std::size_t kept = first;
+  for (std::size_t i = first; i < c->count; ++i) {
+    const int r = wait_stopped(c, c->tids[i], deadline);
+    if (r < 0) {
+      c->count = kept;  // those stopped so far, for detach_all
+      return -1;
+    }
+    if (r == 1) c->tids[kept++] = c->tids[i];
+  }
+  c->count = kept;
+  return static_cast<int>(kept - first);
 }
 
 BRISK_TRACER void detach_all(Control* c) {
@@ -263,9 +288,24 @@ void reap(int tracer) {
   }
 }
 
+// Whether Yama's ptrace_scope is 1, which lets a process trace only its descendants and those
+// that named it with PR_SET_PTRACER. Only then is the tracer named: the call replaces the
+// program's own choice (a crash handler's PR_SET_PTRACER_ANY, say), which cannot be read back,
+// and undoing it leaves none.
+bool yama_names_tracers() {
+  const int fd = static_cast<int>(syscall(SYS_openat, AT_FDCWD, "/proc/sys/kernel/yama/ptrace_scope", O_RDONLY | O_CLOEXEC));
+  if (fd < 0) return false;
+  char scope = 0;
+  const long n = syscall(SYS_read, fd, &scope, 1);
+  syscall(SYS_close, fd);
+  return n == 1 && scope == '1';
+}
+
 void release_world() {
   World& w = g_world;
-  syscall(SYS_prctl, PR_SET_PTRACER, 0, 0, 0, 0);
+  if (w.ptracer_named) syscall(SYS_prctl, PR_SET_PTRACER, 0, 0, 0, 0);
+  w.ptracer_named = false;
+  if (w.control != nullptr && w.control->task_fd >= 0) syscall(SYS_close, w.control->task_fd);
   if (w.control != nullptr) munmap(w.control, sizeof(Control));
   if (w.stack != nullptr) munmap(w.stack, kTracerStack);
   w.control = nullptr;
@@ -277,7 +317,7 @@ void describe_failure(const Control* c) {
   TextWriter t(g_world.failure, sizeof g_world.failure);
   switch (c->failure) {
     case kAttachFailed: t.text("ptrace could not stop thread "); break;
-    case kTimeout: t.text("this thread did not stop within 2 s: "); break;
+    case kTimeout: t.text("a thread did not stop within 2 s (one in vfork, say): "); break;
     case kTooMany: t.text("more threads than the stop holds"); break;
     case kTaskList: t.text("the thread list could not be read"); break;
     case kRegisters: t.text("the registers could not be read of thread "); break;
@@ -320,13 +360,17 @@ bool stop_other_threads() {
   w.control = static_cast<Control*>(control);
   w.stack = static_cast<char*>(stack);
   Control* c = w.control;
-  c->pid = static_cast<int>(syscall(SYS_getpid));
+  c->task_fd = -1;
   c->caller = static_cast<int>(syscall(SYS_gettid));
-  TextWriter path(c->task_path, sizeof c->task_path);
-  path.text("/proc/");
-  path.decimal(static_cast<std::uint64_t>(c->pid));
-  path.text("/task");
-  path.finish();
+  // Opened here, not by the tracer: /proc/self is this process, whatever pid namespace /proc
+  // belongs to. Shared with the tracer (CLONE_FILES).
+  c->task_fd = static_cast<int>(syscall(SYS_openat, AT_FDCWD, "/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (c->task_fd < 0) {
+    set_failure("the thread list could not be read (/proc/self/task)");
+    release_world();
+    errno = saved_errno;
+    return false;
+  }
   c->state.store(kStarting, std::memory_order_relaxed);
   // The tracer starts with every signal blocked (inherited), before it could take one.
   sigset_t all, saved;
@@ -345,18 +389,19 @@ bool stop_other_threads() {
     errno = saved_errno;
     return false;
   }
-  syscall(SYS_prctl, PR_SET_PTRACER, w.tracer, 0, 0, 0);  // EINVAL without Yama: nothing to do
+  w.ptracer_named = yama_names_tracers() && syscall(SYS_prctl, PR_SET_PTRACER, w.tracer, 0, 0, 0) == 0;
   set_state(c, kAttach);
-  // The tracer bounds each thread's stop (kStopTimeoutNs); were it to die (killed), its wait
-  // status tells.
+  // The tracer bounds each pass's wait (kStopTimeoutNs); were it to die (killed), its wait
+  // status tells, or ECHILD if another thread of the program reaped it (wait with __WALL).
   for (;;) {
     const int state = c->state.load(std::memory_order_acquire);
     if (state == kStopped || state == kFailed) break;
     const timespec tick{0, 10'000'000};
     futex(&c->state, FUTEX_WAIT_PRIVATE, state, &tick);
     int status;
-    if (c->state.load(std::memory_order_acquire) == kAttach &&
-        syscall(SYS_wait4, w.tracer, &status, __WALL | WNOHANG, nullptr) == w.tracer) {
+    if (c->state.load(std::memory_order_acquire) != kAttach) continue;
+    const long r = syscall(SYS_wait4, w.tracer, &status, __WALL | WNOHANG, nullptr);
+    if (r == w.tracer || (r < 0 && errno == ECHILD)) {
       w.tracer = -1;
       fail(c, kNone, 0, 0);
       c->state.store(kFailed, std::memory_order_relaxed);

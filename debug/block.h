@@ -116,7 +116,7 @@ extern std::atomic<void (*)()> g_idle_quarantine_test_hook;
 enum class LeakScope { kUnreachable, kAll };
 struct LeakSummary {
   bool scanned;  // reachability was told (every other thread stopped or paused; the map was read)
-  std::size_t threads_stopped;  // other threads stopped for the scan (ptrace), brisk-bg's pause aside
+  std::size_t threads_stopped;  // other threads stopped for the scan (ptrace; brisk-bg among them)
   std::size_t reported_blocks, reported_bytes;
   std::size_t reachable_blocks, reachable_bytes;  // not reported
 };

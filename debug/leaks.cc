@@ -199,7 +199,9 @@ __attribute__((no_sanitize("address"))) bool mark_reachable(LiveRange* ranges, s
   m.highest = ranges[count - 1].end;
   m.own_begin = reinterpret_cast<std::uintptr_t>(ranges);
   m.own_end = m.own_begin + mark_bytes(count);
-  if (!platform::for_each_mapping(record_mapping, &m)) return false;
+  // No mapping read (a process's maps file reads empty once its main thread has exited, hence
+  // the thread's own) would make every block a leak.
+  if (!platform::for_each_mapping(record_mapping, &m) || m.readable_count == 0) return false;
   *overflow = m.readable_overflow;
   __builtin_unwind_init();  // this thread's callee-saved registers onto its stack, a root
   for (std::size_t i = 0; i < m.readable_count; ++i)
@@ -221,37 +223,32 @@ void for_each_live_block(Visit visit) {
 }
 
 // Every debug heap's live lock, with the blocks made before it on the live list, for the
-// scan; with the other threads stopped, by try_lock (a stopped thread may hold one: false,
-// and none is left taken).
-void unlock_live_until(DebugHeap* until) {
-  for (DebugHeap* d = first_debug_heap(); d != until; d = d->registry_next) d->live_lock.unlock();
-}
-bool lock_every_live_list(bool others_stopped) {
-  for (DebugHeap* d = first_debug_heap(); d != nullptr; d = d->registry_next) {
-    if (others_stopped) {
-      if (!d->live_lock.try_lock()) {
-        unlock_live_until(d);
-        return false;
-      }
-    } else {
-      d->live_lock.lock();
-    }
+// scan, taken in registry order as fork's prepare takes them (debug_heap.cc's heaps_lock_all):
+// no thread holds two otherwise. Returns the registry's head then: a heap made later (new heaps
+// are prepended) is not locked, and the walks below start from the head returned.
+DebugHeap* lock_every_live_list() {
+  DebugHeap* const head = first_debug_heap();
+  for (DebugHeap* d = head; d != nullptr; d = d->registry_next) {
+    d->live_lock.lock();
     link_made(d);
   }
-  return true;
+  return head;
+}
+void unlock_every_live_list(DebugHeap* head) {
+  for (DebugHeap* d = head; d != nullptr; d = d->registry_next) d->live_lock.unlock();
 }
 
 // The live debug blocks (every live list locked), counted, then copied into a mapping of their
 // own, sorted.
-std::size_t count_live() {
+std::size_t count_live(DebugHeap* head) {
   std::size_t n = 0;
-  for (DebugHeap* d = first_debug_heap(); d != nullptr; d = d->registry_next)
+  for (DebugHeap* d = head; d != nullptr; d = d->registry_next)
     for (Header* h = d->live; h != nullptr; h = h->next) ++n;
   return n;
 }
-std::size_t collect_live(LiveRange* ranges, std::size_t capacity) {
+std::size_t collect_live(DebugHeap* head, LiveRange* ranges, std::size_t capacity) {
   std::size_t n = 0;
-  for (DebugHeap* d = first_debug_heap(); d != nullptr; d = d->registry_next)
+  for (DebugHeap* d = head; d != nullptr; d = d->registry_next)
     for (Header* h = d->live; h != nullptr && n < capacity; h = h->next) {
       const auto begin = reinterpret_cast<std::uintptr_t>(user_of(h)) | kTag;
       ranges[n++] = LiveRange{begin, begin + (h->user_size == 0 ? 1 : h->user_size), h, false};
@@ -298,47 +295,43 @@ int report_leaks(LeakScope scope, LeakSummary* summary) {
     // is done: its passes give memory back, which could unmap what the scan reads.
     const std::size_t expected = 1 + background_pause();
     const std::size_t threads = platform::process_thread_count();
-    const bool others = threads != expected;
-    bool locked = false;
+    // Every live list locked before the other threads stop, as LeakSanitizer locks its
+    // allocator first: a thread stopped inside a debug allocation or free would otherwise hold
+    // one, and one waiting for a lock the scan holds stops in its wait. A debug heap made
+    // meanwhile is left out, with its blocks (a thread's first debug block, at exit).
+    bool stopped = false;
+    DebugHeap* head = nullptr;
     if (threads == 0) {
       why_all = "the thread count could not be read (/proc/self/stat)";
-    } else if (!others) {
-      locked = lock_every_live_list(false);
     } else {
-      // A stopped thread holding a live lock (inside a debug allocation or free) lets it go
-      // once it runs again: a few tries, a millisecond apart.
-      for (int attempt = 0; attempt < 50 && !locked; ++attempt) {
-        if (attempt > 0) platform::sleep_ms(1);
-        if (!platform::stop_other_threads()) break;
-        locked = lock_every_live_list(true);
-        if (!locked) platform::resume_other_threads();
-      }
-      if (!locked) {
+      head = lock_every_live_list();
+      stopped = threads == expected || platform::stop_other_threads();
+      if (!stopped) {
+        unlock_every_live_list(head);
         TextWriter w(g_why_text, sizeof g_why_text);
         w.text("other threads still run at exit, and they could not be stopped for the scan: ");
-        w.text(platform::stop_failure()[0] != '\0' ? platform::stop_failure()
-                                                    : "a stopped thread held a debug heap's lock each time");
+        w.text(platform::stop_failure());
         w.finish();
         why_all = g_why_text;
       }
     }
-    if (locked) {
-      const std::size_t live = count_live();
+    if (stopped) {
+      const std::size_t live = count_live(head);
       if (live > 0 && live < (std::size_t{1} << 32)) {
         mapped = mark_bytes(live);
         ranges = static_cast<LiveRange*>(platform::map(mapped));
         if (ranges == nullptr) why_all = "no memory for the scan";
       }
       if (ranges != nullptr) {
-        count = collect_live(ranges, live);
+        count = collect_live(head, ranges, live);
         sum.scanned = count > 0 && mark_reachable(ranges, count, &overflow);
         if (count > 0 && !sum.scanned) why_all = "/proc/self/maps could not be read";
       }
-      unlock_live_until(nullptr);
-      if (others) {
+      if (threads != expected) {
         sum.threads_stopped = platform::stopped_thread_count();
         platform::resume_other_threads();
       }
+      unlock_every_live_list(head);
     }
     background_resume();
   }
@@ -362,7 +355,7 @@ int report_leaks(LeakScope scope, LeakSummary* summary) {
     });
   }
   if (ranges != nullptr) platform::unmap(ranges, mapped);
-  // Largest total first, so the worst leak heads the log (a selection sort: few groups).
+  // Largest total first, so the worst leak head the log (a selection sort: few groups).
   for (int i = 0; i < groups; ++i) {
     int best = i;
     for (int j = i + 1; j < groups; ++j)
