@@ -15,6 +15,11 @@ void enter() {
   // points the heaps, not only the first: a nested enter returns with the mode on for all.
   std::atomic_thread_fence(std::memory_order_seq_cst);
   debug_point_heaps_at_empty_span();
+  // And the heaps' empty spans visible to every thread before enter returns: an allocation a
+  // thread makes after a fence of its own that follows this one in the single total order
+  // sees them (TheSwitchReachesAThreadLoopingOnItsFastPath counts on it; without it, the
+  // caller's next load could pass these stores, x86 included).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
 void exit() {

@@ -455,6 +455,13 @@ TEST_F(DebugMode, TheSwitchReachesAThreadLoopingOnItsFastPath) {
         first_debug.store(i + 1, std::memory_order_relaxed);
       brisk_free(p);
       iterations.store(i + 1, std::memory_order_release);
+      // Orders the count before the next iteration's loads (the switch's state): without it,
+      // on x86 too, malloc i + 1 could run before the count was visible and miss a switch
+      // that the main thread, reading the count as i + 1 still, placed before it: first
+      // debug block at at_switch + 2 (seen under ctest -j2 beside a CI run). With it and
+      // enter's closing fence, either fence precedes the other in the total order: this
+      // thread sees the switch, or the main thread sees the count.
+      std::atomic_thread_fence(std::memory_order_seq_cst);
     }
   });
   while (iterations.load(std::memory_order_acquire) < 1000) std::this_thread::yield();
