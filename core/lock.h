@@ -16,6 +16,7 @@
 #pragma once
 
 #include <sched.h>
+#include <time.h>
 
 #include <atomic>
 #include <cstdint>
@@ -34,6 +35,13 @@ struct LockCounts {
 };
 
 class alignas(32) SpinLock {
+ private:
+  static std::uint64_t now_ns() {
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
+  }
+
  public:
   void lock() {
     if (flag_.exchange(true, std::memory_order_acquire)) lock_slow();
@@ -45,6 +53,17 @@ class alignas(32) SpinLock {
     return true;
   }
   void unlock() { flag_.store(false, std::memory_order_release); }
+  // lock(), giving up (false) if the lock is still held `ms` milliseconds on: for code that must
+  // not wait for ever, as the leak report at exit (debug/leaks.cc), which exit() called from a
+  // signal handler runs on a thread that may hold the lock itself.
+  bool lock_within(std::uint64_t ms) {
+    const std::uint64_t deadline = now_ns() + ms * 1'000'000;
+    while (!try_lock()) {
+      if (now_ns() > deadline) return false;
+      sched_yield();
+    }
+    return true;
+  }
   // For assertions that a structure's lock is held (by someone: the lock has no owner field).
   bool is_locked() const { return flag_.load(std::memory_order_relaxed); }
   // Only for a fork child, which has exactly one thread: whoever held the lock is gone.

@@ -213,29 +213,27 @@ __attribute__((no_sanitize("address"))) bool mark_reachable(LiveRange* ranges, s
   return true;
 }
 
-// visit(h) for every live debug block, each debug heap's under its live lock.
-template <typename Visit>
-void for_each_live_block(Visit visit) {
-  for (DebugHeap* d = first_debug_heap(); d != nullptr; d = d->registry_next) {
-    LiveLock g(d);
-    for (Header* h = d->live; h != nullptr; h = h->next) visit(h);
-  }
-}
-
 // Every debug heap's live lock, with the blocks made before it on the live list, for the
-// scan, taken in registry order as fork's prepare takes them (debug_heap.cc's heaps_lock_all):
-// no thread holds two otherwise. Returns the registry's head then: a heap made later (new heaps
-// are prepended) is not locked, and the walks below start from the head returned.
-DebugHeap* lock_every_live_list() {
-  DebugHeap* const head = first_debug_heap();
-  for (DebugHeap* d = head; d != nullptr; d = d->registry_next) {
-    d->live_lock.lock();
+// report, taken in registry order as fork's prepare takes them (debug_heap.cc's
+// heaps_lock_all): no thread holds two otherwise. *head: the registry's head then; a heap made
+// later (new heaps are prepended) is not locked, and the walks below start from *head. Each
+// wait is bounded (kLockWaitMs): exit() called from a signal handler that interrupted a debug
+// allocation or free finds that thread's own lock held, for ever. False: one stayed held, and
+// none is left taken.
+constexpr std::uint64_t kLockWaitMs = 1000;
+void unlock_live_lists(DebugHeap* from, DebugHeap* to) {
+  for (DebugHeap* d = from; d != to; d = d->registry_next) d->live_lock.unlock();
+}
+bool lock_every_live_list(DebugHeap** head) {
+  *head = first_debug_heap();
+  for (DebugHeap* d = *head; d != nullptr; d = d->registry_next) {
+    if (!d->live_lock.lock_within(kLockWaitMs)) {
+      unlock_live_lists(*head, d);
+      return false;
+    }
     link_made(d);
   }
-  return head;
-}
-void unlock_every_live_list(DebugHeap* head) {
-  for (DebugHeap* d = head; d != nullptr; d = d->registry_next) d->live_lock.unlock();
+  return true;
 }
 
 // The live debug blocks (every live list locked), counted, then copied into a mapping of their
@@ -275,6 +273,16 @@ void add_to_group(int* groups, std::size_t* ungrouped, std::size_t* ungrouped_by
   if (h->user_size > group.max_size) group.max_size = h->user_size;
 }
 
+// The one line of a report that could not be made.
+void emit_unavailable(const char* why) {
+  static char text[256];
+  TextWriter w(text, sizeof text);
+  w.text("brisk: leaks: no report: ");
+  w.text(why);
+  w.put('\n');
+  emit_report(text, w.finish());
+}
+
 }  // namespace
 
 int report_leaks(LeakScope scope, LeakSummary* summary) {
@@ -290,32 +298,37 @@ int report_leaks(LeakScope scope, LeakSummary* summary) {
   std::size_t count = 0, mapped = 0;
   const char* why_all = nullptr;  // why reachability was not told, for the report
   bool overflow = false;
+  // brisk's own background thread (if started) waits before its next pass until the report is
+  // done: its passes give memory back, which could unmap what the scan reads. Then every live
+  // list is locked, for the scan and the listing, before other threads stop (LeakSanitizer
+  // locks its allocator first): a thread stopped inside a debug allocation or free would
+  // otherwise hold one, and one waiting for a lock the report holds stops in its wait. A debug
+  // heap made meanwhile is left out, with its blocks (a thread's first debug block, at exit).
+  std::size_t background = 0;
+  DebugHeap* head = nullptr;
+  if (!background_pause_within(kLockWaitMs, &background)) {
+    emit_unavailable("brisk's background thread did not finish its pass");
+    if (summary != nullptr) *summary = sum;
+    return 0;
+  }
+  if (!lock_every_live_list(&head)) {
+    background_resume();
+    emit_unavailable("a debug heap's lock stayed held (exit called inside the allocator, from a signal handler?)");
+    if (summary != nullptr) *summary = sum;
+    return 0;
+  }
   if (scope == LeakScope::kUnreachable) {
-    // brisk's own background thread (if started) waits before its next pass until the scan
-    // is done: its passes give memory back, which could unmap what the scan reads.
-    const std::size_t expected = 1 + background_pause();
     const std::size_t threads = platform::process_thread_count();
-    // Every live list locked before the other threads stop, as LeakSanitizer locks its
-    // allocator first: a thread stopped inside a debug allocation or free would otherwise hold
-    // one, and one waiting for a lock the scan holds stops in its wait. A debug heap made
-    // meanwhile is left out, with its blocks (a thread's first debug block, at exit).
-    bool stopped = false;
-    DebugHeap* head = nullptr;
+    const bool others = threads != 1 + background;
     if (threads == 0) {
       why_all = "the thread count could not be read (/proc/self/stat)";
+    } else if (others && !platform::stop_other_threads()) {
+      TextWriter w(g_why_text, sizeof g_why_text);
+      w.text("other threads still run at exit, and they could not be stopped for the scan: ");
+      w.text(platform::stop_failure());
+      w.finish();
+      why_all = g_why_text;
     } else {
-      head = lock_every_live_list();
-      stopped = threads == expected || platform::stop_other_threads();
-      if (!stopped) {
-        unlock_every_live_list(head);
-        TextWriter w(g_why_text, sizeof g_why_text);
-        w.text("other threads still run at exit, and they could not be stopped for the scan: ");
-        w.text(platform::stop_failure());
-        w.finish();
-        why_all = g_why_text;
-      }
-    }
-    if (stopped) {
       const std::size_t live = count_live(head);
       if (live > 0 && live < (std::size_t{1} << 32)) {
         mapped = mark_bytes(live);
@@ -325,16 +338,16 @@ int report_leaks(LeakScope scope, LeakSummary* summary) {
       if (ranges != nullptr) {
         count = collect_live(head, ranges, live);
         sum.scanned = count > 0 && mark_reachable(ranges, count, &overflow);
-        if (count > 0 && !sum.scanned) why_all = "/proc/self/maps could not be read";
+        if (count > 0 && !sum.scanned) why_all = "the memory map (/proc/thread-self/maps) could not be read";
       }
-      if (threads != expected) {
+      if (others) {
         sum.threads_stopped = platform::stopped_thread_count();
         platform::resume_other_threads();
       }
-      unlock_every_live_list(head);
     }
-    background_resume();
   }
+  // The groups, read from the headers while the lists are locked (a running thread could free
+  // and reuse a block); reported once they are not (a report callback may allocate).
   if (sum.scanned) {
     for (std::size_t i = 0; i < count; ++i) {
       const Header* h = ranges[i].header;
@@ -348,14 +361,17 @@ int report_leaks(LeakScope scope, LeakSummary* summary) {
       add_to_group(&groups, &ungrouped, &ungrouped_bytes, h);
     }
   } else {
-    for_each_live_block([&](const Header* h) {
-      ++sum.reported_blocks;
-      sum.reported_bytes += h->user_size;
-      add_to_group(&groups, &ungrouped, &ungrouped_bytes, h);
-    });
+    for (DebugHeap* d = head; d != nullptr; d = d->registry_next)
+      for (const Header* h = d->live; h != nullptr; h = h->next) {
+        ++sum.reported_blocks;
+        sum.reported_bytes += h->user_size;
+        add_to_group(&groups, &ungrouped, &ungrouped_bytes, h);
+      }
   }
+  unlock_live_lists(head, nullptr);
+  background_resume();
   if (ranges != nullptr) platform::unmap(ranges, mapped);
-  // Largest total first, so the worst leak head the log (a selection sort: few groups).
+  // Largest total first, so the worst leak heads the log (a selection sort: few groups).
   for (int i = 0; i < groups; ++i) {
     int best = i;
     for (int j = i + 1; j < groups; ++j)

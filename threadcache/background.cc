@@ -44,6 +44,9 @@ constexpr std::uint64_t kMinSleepMs = 20;
 
 // 0: not started; 1: starting or running.
 std::atomic<int> g_state{0};
+// The thread runs (set by it first thing; it never ends): g_state turns 1 before the thread
+// exists, and a scan that counted it then would take another thread of the program for it.
+std::atomic<bool> g_running{false};
 std::atomic<std::size_t> g_bytes_returned{0};
 
 // The pass's own state, under g_pass_lock (a test may call background_pass beside the thread).
@@ -102,6 +105,7 @@ void clear_spans() {
 SpinLock g_pass_gate;
 
 void* background_main(void*) {
+  g_running.store(true, std::memory_order_release);
   platform::name_this_thread("brisk-bg");
   for (;;) {
     std::uint64_t sleep = 1000;  // lever off (a strategy switch may turn it on again)
@@ -127,12 +131,18 @@ void background_maybe_start() {
 
 void background_reset_in_child() {
   g_state.store(0, std::memory_order_relaxed);
+  g_running.store(false, std::memory_order_relaxed);
   g_pass_gate.reset_after_fork();  // the parent's thread may have held it: it is not here
 }
 
 std::size_t background_pause() {
   g_pass_gate.lock();
-  return g_state.load(std::memory_order_acquire) != 0 ? 1 : 0;
+  return g_running.load(std::memory_order_acquire) ? 1 : 0;
+}
+bool background_pause_within(std::uint64_t ms, std::size_t* threads) {
+  if (!g_pass_gate.lock_within(ms)) return false;
+  *threads = g_running.load(std::memory_order_acquire) ? 1 : 0;
+  return true;
 }
 void background_resume() { g_pass_gate.unlock(); }
 void background_locks_acquire() { g_pass_lock.lock(); }
