@@ -46,8 +46,9 @@ namespace {
 // NT_PRSTATUS's register set: 27 words on x86-64, 34 on AArch64; the kernel writes at most this.
 constexpr std::size_t kRegisterWords = 64;
 constexpr std::size_t kTracerStack = 256 * 1024;
-// A thread that has not stopped this long after PTRACE_INTERRUPT is given up on (one in
-// uninterruptible sleep stops when it leaves it, normally within milliseconds).
+// The threads of one listing, interrupted together, are waited for this long (one in
+// uninterruptible sleep stops when it leaves it, normally within milliseconds; one in vfork
+// does not stop until its child execs or exits); then the stop fails.
 constexpr long kStopTimeoutNs = 2'000'000'000;
 constexpr int kNtPrstatus = 1;  // <elf.h>'s NT_PRSTATUS
 

@@ -19,7 +19,9 @@
 // pass (background_pause). Running, a thread could unmap memory under the scan, or move a
 // pointer from a word not yet read to one already read. Where they cannot be stopped (a debugger
 // already traces the process, ptrace is forbidden; the report names the reason) every live
-// block is reported, as with BRISK_DEBUG_LEAKS=2, and the report says why. Words are read only
+// block is reported, as with BRISK_DEBUG_LEAKS=2, and the report says why; where a lock the
+// report needs stays held (exit called by a signal handler inside the allocator), one line says
+// there is no report (report_leaks). Words are read only
 // in readable mappings (a program may mprotect part of a block), roots only in private
 // writable ones up to 64 GiB that are no device (/dev/zero is); shared mappings, swapped-out
 // pages and words at unaligned addresses are not read, so a block reachable only through them

@@ -456,9 +456,10 @@ TEST_F(DebugMode, TheSwitchReachesAThreadLoopingOnItsFastPath) {
       brisk_free(p);
       iterations.store(i + 1, std::memory_order_release);
       // Orders the count before the next iteration's loads (the switch's state): without it,
-      // on x86 too, malloc i + 1 could run before the count was visible and miss a switch
-      // that the main thread, reading the count as i + 1 still, placed before it: first
-      // debug block at at_switch + 2 (seen under ctest -j2 beside a CI run). With it and
+      // on x86 too, malloc i + 1 could run while the store of i + 1 still waited in this
+      // core's store buffer and miss a switch that the main thread, reading the count as i,
+      // made before it: first debug block at at_switch + 2 (seen under ctest -j2 beside a CI
+      // run). With it and
       // enter's closing fence, either fence precedes the other in the total order: this
       // thread sees the switch, or the main thread sees the count.
       std::atomic_thread_fence(std::memory_order_seq_cst);
