@@ -16,7 +16,7 @@
 // The other threads of the process are stopped while the mark reads (core/platform_stop.h:
 // ptrace from a helper process, as LeakSanitizer does), their registers copied into a mapping
 // that the mark reads as a root; brisk's own background thread is also held before its next
-// pass (background_pause). Running, a thread could unmap memory under the scan, or move a
+// pass (background_pause_within). Running, a thread could unmap memory under the scan, or move a
 // pointer from a word not yet read to one already read. Where they cannot be stopped (a debugger
 // already traces the process, ptrace is forbidden; the report names the reason) every live
 // block is reported, as with BRISK_DEBUG_LEAKS=2, and the report says why; where a lock the

@@ -92,7 +92,8 @@ namespace {
 // Whether report_leaks can scan: no thread runs but this one and brisk's background thread
 // (ThreadSanitizer's runtime keeps a thread of its own once a test has started threads).
 bool LeakScanPossible() {
-  const size_t background = brisk::background_pause();
+  size_t background = 0;
+  if (!brisk::background_pause_within(5000, &background)) return false;
   brisk::background_resume();
   return brisk::platform::process_thread_count() == 1 + background;
 }
@@ -152,10 +153,10 @@ TEST_F(DebugMode, TheLeakScanSkipsPagesTheProgramMadeInaccessible) {
   }
   const char* background = getenv("BRISK_BACKGROUND");
   if (background != nullptr && std::string(background) == "1") {
-    // background_pause counts the thread once it runs, which may be a moment after it starts.
+    // background_pause_within counts the thread once it runs, a moment after it starts.
     size_t running = 0;
     for (int i = 0; i < 5000 && running == 0; ++i) {
-      running = brisk::background_pause();
+      if (!brisk::background_pause_within(5000, &running)) break;
       brisk::background_resume();
       if (running == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }

@@ -100,7 +100,7 @@ void clear_spans() {
   g_spans.count = 0;
 }
 
-// Held by the background thread for each pass, and by background_pause: outermost of brisk's
+// Held by the background thread for each pass, and by background_pause_within: outermost of brisk's
 // locks (nothing else is held when it is taken).
 SpinLock g_pass_gate;
 
@@ -135,10 +135,6 @@ void background_reset_in_child() {
   g_pass_gate.reset_after_fork();  // the parent's thread may have held it: it is not here
 }
 
-std::size_t background_pause() {
-  g_pass_gate.lock();
-  return g_running.load(std::memory_order_acquire) ? 1 : 0;
-}
 bool background_pause_within(std::uint64_t ms, std::size_t* threads) {
   if (!g_pass_gate.lock_within(ms)) return false;
   *threads = g_running.load(std::memory_order_acquire) ? 1 : 0;

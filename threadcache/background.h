@@ -19,13 +19,12 @@ void background_maybe_start();
 // The child of fork has no background thread; the next heap it creates starts one.
 void background_reset_in_child();
 // The debug layer's leak scan (debug/leaks.cc) reads the whole process's memory at exit; a
-// pass could unmap some of it meanwhile. background_pause waits for a pass under way to end
-// and holds the next one back until background_resume; it returns how many background threads
-// the process has (0 or 1: 1 once the thread runs, so one being started counts as another
-// thread of the program), which the scan allows besides its own. Not for a fork child's
-// forking thread between prepare and parent (nor does fork take it): the child resets it.
-// background_pause_within gives up (false, nothing held) after `ms` milliseconds.
-std::size_t background_pause();
+// pass could unmap some of it meanwhile. background_pause_within waits up to `ms`
+// milliseconds for a pass under way to end (false: it did not, nothing is held) and holds the
+// next one back until background_resume; *threads: how many background threads the process has
+// (0 or 1: 1 once the thread runs, so one being started counts as another thread of the
+// program), which the scan allows besides its own. Not for a fork child's forking thread
+// between prepare and parent (nor does fork take it): the child resets it.
 bool background_pause_within(std::uint64_t ms, std::size_t* threads);
 void background_resume();
 // Fork support: the pass lock, taken after the heap pool's and before the central pools'.
