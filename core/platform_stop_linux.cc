@@ -333,45 +333,45 @@ void describe_failure(const Control* c) {
   t.finish();
 }
 
-void set_failure(const char* text) {
-  TextWriter t(g_world.failure, sizeof g_world.failure);
-  t.text(text);
-  t.finish();
-}
-
 }  // namespace
 
 bool stop_other_threads() {
 #if defined(__SANITIZE_THREAD__) || !BRISK_STOP_SUPPORTED
-  set_failure("threads cannot be stopped in this build (ThreadSanitizer's, or not x86-64 or AArch64)");
+  TextWriter t(g_world.failure, sizeof g_world.failure);
+  t.text("threads cannot be stopped in this build (ThreadSanitizer's, or not x86-64 or AArch64)");
+  t.finish();
   return false;
 #else
   World& w = g_world;
   w.failure[0] = '\0';
   const int saved_errno = errno;
-  void* control = mmap(nullptr, sizeof(Control), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  void* stack = mmap(nullptr, kTracerStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (control == MAP_FAILED || stack == MAP_FAILED) {
-    if (control != MAP_FAILED) munmap(control, sizeof(Control));
-    if (stack != MAP_FAILED) munmap(stack, kTracerStack);
-    set_failure("no memory for the stop");
+  // Each failure before the tracer runs: why, and nothing left (release_world undoes what was made).
+  auto give_up = [&](const char* why, int error) {
+    TextWriter t(w.failure, sizeof w.failure);
+    t.text(why);
+    if (error != 0) {
+      t.text(" (errno ");
+      t.decimal(static_cast<std::uint64_t>(error));
+      t.text(")");
+    }
+    t.finish();
+    release_world();
     errno = saved_errno;
     return false;
-  }
+  };
+  void* control = mmap(nullptr, sizeof(Control), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (control == MAP_FAILED) return give_up("no memory for the stop", 0);
   w.control = static_cast<Control*>(control);
-  w.stack = static_cast<char*>(stack);
   Control* c = w.control;
-  c->task_fd = -1;
+  c->task_fd = -1;  // for release_world: the mapping reads 0, a descriptor
+  void* stack = mmap(nullptr, kTracerStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (stack == MAP_FAILED) return give_up("no memory for the stop", 0);
+  w.stack = static_cast<char*>(stack);
   c->caller = static_cast<int>(syscall(SYS_gettid));
   // Opened here, not by the tracer: /proc/self is this process, whatever pid namespace /proc
   // belongs to. Shared with the tracer (CLONE_FILES).
   c->task_fd = static_cast<int>(syscall(SYS_openat, AT_FDCWD, "/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (c->task_fd < 0) {
-    set_failure("the thread list could not be read (/proc/self/task)");
-    release_world();
-    errno = saved_errno;
-    return false;
-  }
+  if (c->task_fd < 0) return give_up("the thread list could not be read (/proc/self/task)", errno);
   c->state.store(kStarting, std::memory_order_relaxed);
   // The tracer starts with every signal blocked (inherited), before it could take one.
   sigset_t all, saved;
@@ -380,16 +380,7 @@ bool stop_other_threads() {
   w.tracer = clone(tracer_main, w.stack + kTracerStack, CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_UNTRACED, c);
   const int clone_errno = errno;
   pthread_sigmask(SIG_SETMASK, &saved, nullptr);
-  if (w.tracer < 0) {
-    TextWriter t(w.failure, sizeof w.failure);
-    t.text("the stop's helper process could not be made (errno ");
-    t.decimal(static_cast<std::uint64_t>(clone_errno));
-    t.text(")");
-    t.finish();
-    release_world();
-    errno = saved_errno;
-    return false;
-  }
+  if (w.tracer < 0) return give_up("the stop's helper process could not be made", clone_errno);
   w.ptracer_named = yama_names_tracers() && syscall(SYS_prctl, PR_SET_PTRACER, w.tracer, 0, 0, 0) == 0;
   set_state(c, kAttach);
   // The tracer bounds each pass's wait (kStopTimeoutNs); were it to die (killed), its wait
