@@ -80,8 +80,11 @@ World g_world;  // one caller at a time (platform_stop.h)
 // the calling thread, whose TLS the tracer shares).
 #define BRISK_TRACER __attribute__((no_sanitize("address", "undefined"), noinline))
 
-// A system call made inline: the result, or -errno.
-#if defined(__x86_64__)
+// A system call made inline: the result, or -errno. Not under ThreadSanitizer, whose runtime
+// owns the threads: there, and on other architectures, only the stubs below are built.
+#if defined(__SANITIZE_THREAD__)
+#define BRISK_STOP_SUPPORTED 0
+#elif defined(__x86_64__)
 #define BRISK_STOP_SUPPORTED 1
 BRISK_TRACER long raw_syscall(long n, long a = 0, long b = 0, long c = 0, long d = 0, long e = 0) {
   long result;
@@ -104,8 +107,9 @@ BRISK_TRACER long raw_syscall(long n, long a = 0, long b = 0, long c = 0, long d
 }
 #else
 #define BRISK_STOP_SUPPORTED 0
-BRISK_TRACER long raw_syscall(long, long = 0, long = 0, long = 0, long = 0, long = 0) { return -ENOSYS; }
 #endif
+
+#if BRISK_STOP_SUPPORTED
 
 template <typename A, typename B = long, typename C = long, typename D = long>
 BRISK_TRACER long sys(long n, A a, B b = 0, C c = 0, D d = 0) {
@@ -333,10 +337,12 @@ void describe_failure(const Control* c) {
   t.finish();
 }
 
+#endif  // BRISK_STOP_SUPPORTED
+
 }  // namespace
 
 bool stop_other_threads() {
-#if defined(__SANITIZE_THREAD__) || !BRISK_STOP_SUPPORTED
+#if !BRISK_STOP_SUPPORTED
   TextWriter t(g_world.failure, sizeof g_world.failure);
   t.text("threads cannot be stopped in this build (ThreadSanitizer's, or not x86-64 or AArch64)");
   t.finish();
@@ -412,6 +418,7 @@ bool stop_other_threads() {
 }
 
 void resume_other_threads() {
+#if BRISK_STOP_SUPPORTED
   World& w = g_world;
   if (w.control == nullptr) return;
   const int saved_errno = errno;
@@ -419,6 +426,7 @@ void resume_other_threads() {
   reap(w.tracer);
   release_world();
   errno = saved_errno;
+#endif
 }
 
 std::size_t stopped_thread_count() { return g_world.control != nullptr ? g_world.control->count : 0; }
