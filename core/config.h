@@ -34,7 +34,7 @@ inline constexpr unsigned kMaxSmallSpanPages = 4;
 inline constexpr std::size_t kMediumMax = 2 * 1024 * 1024;
 // A block that realloc grows past this and must move becomes a large block even where a medium
 // one would do, and a large block realloc shrinks stays large only above it (override/entry.cc
-// has the measurements; debug/block.cc's realloc_in_place keeps the same bounds).
+// has the measurements; debug/realloc.cc's realloc_in_place keeps the same bounds).
 inline constexpr std::size_t kGrowLargeMin = 256 * 1024;
 
 // User-space addresses on x86-64 and AArch64 (4-level tables) fit in 47 bits. One byte per

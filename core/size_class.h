@@ -87,7 +87,7 @@ BRISK_ALWAYS_INLINE unsigned size_to_class(std::size_t size) {
 
 // Whether a block of `size` bytes stays in a small block of `usable` bytes when realloc resizes
 // it: it fits and uses more than half of it (a shrink past half moves to a smaller class). The
-// entry layer's realloc and debug mode's (debug/block.cc, realloc_in_place) keep to it.
+// entry layer's realloc and debug mode's (debug/realloc.cc, realloc_in_place) keep to it.
 BRISK_ALWAYS_INLINE bool stays_in_small_block(std::size_t size, std::size_t usable) {
   return size <= usable && size > usable / 2;
 }

@@ -2,7 +2,8 @@
 // carved from blocks of the calling thread's debug heap (debug/debug_heap.h), without a lock;
 // large ones from large blocks. Each block is on the live list of the debug heap that made it,
 // under that heap's lock. Problems are reported outside every lock: a report callback may
-// allocate. The leak report at exit is in leaks.cc.
+// allocate. The leak report at exit is in leaks.cc, realloc in realloc.cc; what they share with
+// this file, block_ops.h.
 #include "debug/block.h"
 
 #include <errno.h>
@@ -20,6 +21,7 @@
 #include "core/options.h"
 #include "core/size_class.h"
 #include "debug/block_layout.h"
+#include "debug/block_ops.h"
 #include "debug/debug_heap.h"
 #include "debug/fill_check.h"
 #include "debug/quarantine.h"
@@ -38,46 +40,18 @@ StackDepot g_depot;
 std::atomic<int> g_init_state{0};
 Quarantine g_quarantine;
 
-namespace {
-
-constexpr std::uint64_t kMagic = 0x6272697365646267ull;
-// The first word of the block a debug block with alignment slack is carved from, xored with that
-// block's address, while the debug block is live, quarantined or kept. Without slack the header
-// starts there, its check word kMagic ^ (block + kHeaderBytes). Either way a pointer to the
-// underlying block (the user pointer less the header and slack) is known for debug memory, not
-// taken for a release block and freed under the debug block (underlying_is_debug_block).
-constexpr std::uint64_t kSlackMagic = 0x62726973736c6b21ull;
-
-constexpr std::size_t kHeaderBytes = sizeof(Header);
-static_assert(kHeaderBytes == 80 && kHeaderBytes % kMinAlign == 0, "the user pointer must keep the header's alignment");
-// A large debug block is a large block of default alignment, which starts one OS page into its
-// 4 MiB region; its user pointer lies at most kHeaderBytes + kMaxAlignment - kMinAlign further
-// on, so still in that region, the one whose region byte names the large block (header_of).
-static_assert(kOsPageSize + kHeaderBytes + kMaxAlignment - kMinAlign < kChunkSize);
-
+// block_ops.h's state.
 std::atomic<std::uint32_t> g_thread_numbers{0};
-int g_stack_depth = 0;
-// BRISK_DEBUG_FILL_LIMIT. Filling a 10-100 MiB block whole costs a page fault per 4 KiB page
-// and two passes over it (MMtest's large test ran 82 s at 0.02% scale, against well under a
-// second in release mode); its edges are where an overrun, a short copy or a stale pointer to
-// its start land.
-std::atomic<std::size_t> g_fill_limit{std::size_t{1} << 20};  // options.cc's default, until init()
-std::atomic<bool> g_realloc_moves{false};  // BRISK_DEBUG_REALLOC_MOVES
 __thread std::uint32_t t_thread_number __attribute__((tls_model("initial-exec"))) = 0;
-
-std::uint32_t thread_number() {
-  if (t_thread_number == 0) t_thread_number = g_thread_numbers.fetch_add(1, std::memory_order_relaxed) + 1;
-  return t_thread_number;
-}
-
-// Where a stack is captured: each has its WalkMemo in the thread's debug heap.
-enum class Site : unsigned { kAllocate = 0, kRelease = 1, kRealloc = 2 };
+int g_stack_depth = 0;
+std::atomic<std::size_t> g_fill_limit{std::size_t{1} << 20};  // options.cc's default, until init()
+std::atomic<bool> g_realloc_moves{false};
 
 // skip: callers of capture to leave out. The entry points reach allocate and release through
 // tail jumps, so how many brisk frames sit above the caller's varies by path: the stack keeps
 // them rather than risk dropping the caller's own frame. Not inlined, so that skip counts
 // capture_walk's own frame and nothing else.
-__attribute__((noinline)) std::uint32_t capture_walk(int skip, Site site) {
+BRISK_NOINLINE std::uint32_t capture_walk(int skip, Site site) {
   std::uintptr_t frames[kMaxStackDepth];
   Heap* th = t_heap;
   auto* d = heap_is_attached(th) ? static_cast<DebugHeap*>(th->debug) : nullptr;
@@ -100,39 +74,6 @@ __attribute__((noinline)) std::uint32_t capture_walk(int skip, Site site) {
   return id;
 }
 
-// The stack to record: none with stacks off (inlined: a call to learn that cost 10
-// instructions twice per debug block), else capture_walk's (its skip counts its own frame
-// only, so this wrapper must stay inlined).
-BRISK_ALWAYS_INLINE std::uint32_t capture(int skip, Site site) {
-  if (g_stack_depth == 0) return kNoStack;
-  return capture_walk(skip, site);
-}
-
-
-std::uint64_t load_check(const Header* h) {
-  return std::atomic_ref<std::uint64_t>(const_cast<Header*>(h)->check).load(std::memory_order_relaxed);
-}
-void store_check(Header* h, std::uint64_t v) {
-  std::atomic_ref<std::uint64_t>(h->check).store(v, std::memory_order_relaxed);
-}
-
-std::atomic_ref<std::uint64_t> first_word(std::uintptr_t block) {
-  return std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(block));
-}
-// Whether the block brisk handed out at `block` (mapped: a block start of a span, or a live
-// large block's start) is the underlying block of a debug block. Read as an atomic: when it is
-// a release block, its owner may be reading or writing it (a free list's link) meanwhile.
-bool underlying_is_debug_block(std::uintptr_t block) {
-  const std::uint64_t w = first_word(block).load(std::memory_order_relaxed);
-  return w == (kMagic ^ (block + kHeaderBytes)) || w == (kSlackMagic ^ block);
-}
-
-}  // namespace
-
-DebugHeap* heap_of(const Header* h);
-
-namespace {
-
 // header_of's part for a pointer into a large block's first region (kind: its region byte).
 BRISK_NOINLINE Header* large_header_from(std::uintptr_t a, std::uint8_t kind, bool* in_debug_memory) {
   // A large block's start is where its region byte says; a debug block's user pointer lies
@@ -148,55 +89,6 @@ BRISK_NOINLINE Header* large_header_from(std::uintptr_t a, std::uint8_t kind, bo
   if (a % kMinAlign != 0 || a < start + kHeaderBytes) return nullptr;
   return reinterpret_cast<Header*>(a - kHeaderBytes);
 }
-
-// The debug block whose user pointer is p, or nullptr. *in_debug_memory: p lies in memory that
-// holds debug blocks (so a failed lookup is a bad pointer, not a release block). *heap, with a
-// block: heap_of(block), found on the way for a block in a chunk. Inline where a free or
-// realloc needs it: a pointer into a chunk (a small or medium block) costs no call and no
-// out-parameter in memory; large blocks go out of line. header_of is its called form.
-BRISK_ALWAYS_INLINE Header* find_header(const void* p, bool* in_debug_memory, DebugHeap** heap) {
-  *in_debug_memory = false;
-  *heap = nullptr;
-  auto a = reinterpret_cast<std::uintptr_t>(p);
-  std::uint8_t kind = region_kind(a);
-  Header* h;
-  if (BRISK_LIKELY(kind == kRegionChunk)) {
-    Span* s = chunk_of(a)->span_of(a);
-    // Heaps are never unmapped: a racing owner change reads some heap's flag.
-    Heap* owner = s->owner.load(std::memory_order_acquire);
-    if (owner == nullptr || !owner->is_debug) return nullptr;
-    std::uintptr_t offset = a - reinterpret_cast<std::uintptr_t>(s->start);
-    // Debug heaps also take partly used spans from the central pools (spans of exited
-    // threads), whose live release blocks are freed the release way: a block start is one of
-    // those (or a double free the release checks catch), unless its first word shows it is a
-    // debug block's underlying block (a pointer to the header, or to the alignment slack before
-    // it). A debug block's user pointer never is a block start: it lies kHeaderBytes plus less
-    // than its alignment into the block it is carved from, whose size is at least that plus the
-    // user size and the canary. So nothing before a block start is read: those bytes are the
-    // block before it, another thread's to write.
-    if (s->is_block_start(offset)) {
-      *in_debug_memory = underlying_is_debug_block(a);
-      return nullptr;
-    }
-    *in_debug_memory = true;
-    if (a % kMinAlign != 0 || offset < kHeaderBytes) return nullptr;
-    // The header lies in the same span as p (both in the block it is carved from).
-    *heap = static_cast<DebugHeap*>(owner);
-    h = reinterpret_cast<Header*>(a - kHeaderBytes);
-  } else {
-    h = large_header_from(a, kind, in_debug_memory);
-    if (h == nullptr) return nullptr;
-  }
-  if (load_check(h) != (kMagic ^ a)) {
-    *heap = nullptr;
-    return nullptr;
-  }
-  *in_debug_memory = true;
-  if (*heap == nullptr) *heap = heap_of(h);
-  return h;
-}
-
-}  // namespace
 
 Header* header_of(const void* p, bool* in_debug_memory, DebugHeap** heap) {
   return find_header(p, in_debug_memory, heap);
@@ -246,25 +138,6 @@ const char* damage_of(const Header* h, FillDamage* damage, std::uint64_t* mix) {
 
 namespace {
 
-// damage_of's finding nothing, inline (frees and quarantine exits, where it is the common case):
-// the checksum over mix (mix_of(h) as read), then the guard and the canary, one compare each.
-// The canary is read only once the checksum vouches for the user size.
-BRISK_ALWAYS_INLINE bool edges_intact(const Header* h, std::uint64_t mix) {
-  if (BRISK_UNLIKELY(mix_checksum(mix) != h->checksum)) return false;
-  static_assert(kGuardBytes == 8, "the guard and the canary are one word each");
-  constexpr std::uint64_t kGuardWord = 0x0101010101010101ull * kGuardByte;
-  std::uint64_t guard, canary;
-  std::memcpy(&guard, h->guard, 8);
-  std::memcpy(&canary, user_of(h) + h->user_size, 8);
-  return ((guard ^ kGuardWord) | (canary ^ kGuardWord)) == 0;
-}
-
-// Whether a block of this size gets its patterns on its edges only. Decided once, at
-// allocation, and kept in the header: the limit may change while the block lives.
-bool fill_edges_only(std::size_t user_size) {
-  return user_size > g_fill_limit.load(std::memory_order_relaxed) && user_size > 2 * kFillEdgeBytes;
-}
-
 // Calls part(offset, length) for each part of a block's user data that carries its fill
 // pattern: all of it, or its two edges. Always inlined: out of line, GCC passed the fill's
 // lambda through the stack, written as two narrow stores and read back as one 16-byte load,
@@ -280,6 +153,8 @@ template <class Part>
   part(h->user_size - kFillEdgeBytes, kFillEdgeBytes);
 }
 
+}  // namespace
+
 // fill_user's general case: a block filled on its edges only, or from byte `from` on.
 BRISK_NOINLINE void fill_user_parts(Header* h, std::uint8_t byte, std::size_t from) {
   for_each_filled_part(h, [h, byte, from](std::size_t offset, std::size_t length) {
@@ -292,12 +167,8 @@ BRISK_NOINLINE void fill_user_parts(Header* h, std::uint8_t byte, std::size_t fr
   });
 }
 
-// The pattern over the filled parts of a block's user data from byte `from` on (the bytes
-// before it are the caller's to write). Inline for the common case, a whole block.
-BRISK_ALWAYS_INLINE void fill_user(Header* h, std::uint8_t byte, std::size_t from = 0) {
-  if (BRISK_LIKELY(!h->edges_only && from == 0)) return fill_block(user_of(h), h->user_size, byte);
-  fill_user_parts(h, byte, from);
-}
+namespace {
+
 
 // freed_pattern_intact's general case: a block filled on its edges only, or a damaged one.
 BRISK_NOINLINE bool freed_pattern_checked(const Header* h, FillDamage* damage) {
@@ -407,10 +278,7 @@ void* hook_alloc(std::size_t size);  // below, with allocate
 bool hook_free(void* p) { return release(p, Kind::kMalloc, kUnsized); }
 void install_hooks();  // below, with the fork handlers
 
-bool kinds_match(Kind allocated, Kind freed) {
-  auto family = [](Kind k) { return k == Kind::kAligned ? Kind::kMalloc : k; };
-  return family(allocated) == family(freed);
-}
+}  // namespace
 
 const char* kind_mismatch(Kind allocated, Kind freed) {
   if (kinds_match(allocated, freed)) return nullptr;
@@ -420,8 +288,6 @@ const char* kind_mismatch(Kind allocated, Kind freed) {
     default: return freed == Kind::kNew ? "delete of a block made by malloc" : "delete[] of a block made by malloc";
   }
 }
-
-}  // namespace
 
 void init() {
   if (g_init_state.load(std::memory_order_acquire) == 2) return;
@@ -610,23 +476,6 @@ bool usable_size(const void* p, std::size_t* size) {
 
 namespace {
 
-// A live block freed by this thread (d->live_lock held): out of the live list, into `state`.
-// mix: the header's mix_of as it is, verified against its checksum (by edges_intact or
-// damage_of): the new checksum is that mix with the free's fields changed.
-BRISK_ALWAYS_INLINE void mark_freed(DebugHeap* d, Header* h, std::uint64_t mix, std::uint32_t stack, State state) {
-  BRISK_ASSERT(d->live_lock.is_locked() && h->state == State::kLive && mix == mix_of(h));
-  const std::uint32_t thread = thread_number();
-  mix ^= free_mix(h->free_thread, h->free_stack, h->state) ^ free_mix(thread, stack, state);
-  h->free_thread = thread;
-  h->free_stack = stack;
-  unlink_live(d, h);
-  h->state = state;
-  h->checksum = mix_checksum(mix);
-  BRISK_ASSERT(h->checksum == checksum_of(h));
-}
-
-// What a quarantined block counts against the quarantine's budget.
-QuarantinedBlock quarantined(Header* h) { return {h, h->user_size + kHeaderBytes + kGuardBytes}; }
 
 }  // namespace
 
@@ -641,47 +490,6 @@ void leave_quarantine_all(const QuarantinedBlock* blocks, std::size_t n) {
 
 namespace {
 
-// Blocks up to this user size wait in their debug heap's batch (DebugHeap::freed) before the
-// quarantine, filled under its lock: at most 16 x 1 KiB (plus headers) per heap outside the
-// quarantine's budget, and a fill short enough to hold the lock for.
-constexpr std::size_t kBatchedMax = 1024;
-
-// Under d->live_lock, for h, a block of d just marked kQuarantined: fills it and adds it to d's
-// batch when it is small (and the quarantine is on), returning true; else false, and h goes to
-// the quarantine alone (quarantine_released). *out, *n: the batch, taken out of d, when it is
-// full or h is not batched (so that h follows the blocks freed before it into the quarantine).
-// Frees reported as misuse go to the quarantine without the batch: ahead of a batch's blocks,
-// which then wait longer, never less.
-BRISK_ALWAYS_INLINE bool batch_freed(DebugHeap* d, Header* h, QuarantinedBlock* out, std::size_t* n) {
-  BRISK_ASSERT(d->live_lock.is_locked() && h->state == State::kQuarantined);
-  bool batched = h->user_size <= kBatchedMax && g_quarantine.shard_budget() != 0;
-  if (batched) {
-    fill_user(h, kFreedByte);
-    d->freed[d->freed_count++] = quarantined(h);
-    if (d->freed_count < DebugHeap::kFreedBatch) return true;
-  }
-  *n = d->take_freed(out);
-  return batched;
-}
-
-// The common case of a free and of a realloc, under d's lock: h live, its header, guard and
-// canary intact; *mix its verified mix (mark_freed's input).
-BRISK_ALWAYS_INLINE bool live_and_intact(const Header* h, std::uint64_t* mix) {
-  if (h->state != State::kLive) return false;
-  *mix = mix_of(h);
-  return edges_intact(h, *mix);
-}
-
-// The end of a release: h into the quarantine behind its heap's batch, taken out in out[0, n)
-// (unless h joined the batch).
-BRISK_ALWAYS_INLINE bool quarantine_released(Header* h, bool batched, QuarantinedBlock* out, std::size_t n) {
-  if (!batched) {
-    fill_user(h, kFreedByte);
-    out[n++] = quarantined(h);
-  }
-  if (n > 0) push_to_quarantine(out, n);
-  return true;
-}
 
 // release of a pointer header_of placed in no debug heap: h nullptr (no debug block starts at
 // p), or h with a header that names no debug heap.
@@ -759,137 +567,6 @@ bool release(void* p, Kind kind, std::size_t sized) {
   }
   if (BRISK_UNLIKELY(!plain)) return release_checked(d, h, kind, sized, stack);
   return quarantine_released(h, batched, out, n);
-}
-
-namespace {
-
-// check_before_realloc of a pointer header_of placed in no debug heap (as release_unplaced).
-BRISK_NOINLINE ReallocCheck realloc_unplaced(const void* p, const Header* h, bool in_debug_memory) {
-  if (h == nullptr) {
-    if (!in_debug_memory) return ReallocCheck::kNotDebug;
-    problem_at("realloc of a pointer that is no debug block", p);
-    return ReallocCheck::kBad;
-  }
-  header_damaged(h);
-  return ReallocCheck::kBad;
-}
-
-// check_before_realloc of a block its fast path found not live and intact, or not a malloc
-// block: decided again under the lock, and reported after it.
-BRISK_NOINLINE ReallocCheck realloc_checked(DebugHeap* d, Header* h, std::size_t* user_size, std::uint32_t stack) {
-  Snapshot s;
-  bool live = false;
-  {
-    LiveLock g(d);
-    FillDamage damage;
-    std::uint64_t mix;
-    if (h->state != State::kLive) {
-      take_snapshot(&s, "realloc of a freed block", h, nullptr);
-    } else if (const char* problem = damage_of(h, &damage, &mix)) {
-      take_snapshot(&s, problem, h, &damage);
-      unlink_live(d, h);
-      h->state = State::kKept;  // never reused
-      seal(h);
-    } else {
-      live = true;
-      mark_freed(d, h, mix, stack, State::kQuarantined);
-      if (const char* misuse = kind_mismatch(h->kind, Kind::kMalloc)) take_snapshot(&s, misuse, h, nullptr);
-    }
-    *user_size = h->user_size;
-  }
-  if (s.problem != nullptr) problem_found(s);
-  return live ? ReallocCheck::kLive : ReallocCheck::kBad;
-}
-
-}  // namespace
-
-ReallocCheck check_before_realloc(void* p, std::size_t* user_size) {
-  bool in_debug_memory;
-  DebugHeap* d;
-  Header* h = find_header(p, &in_debug_memory, &d);
-  if (BRISK_UNLIKELY(h == nullptr || d == nullptr)) return realloc_unplaced(p, h, in_debug_memory);
-  const std::uint32_t stack = capture(0, Site::kRealloc);
-  {
-    LiveLock g(d);
-    // The common case inline, as release's: a live, intact malloc block. Freed here, under the
-    // lock: the caller copies it and hands it to realloc_done (which takes the lock again to
-    // put a moved block into its heap's batch), so the free after the copy repeats neither the
-    // lookup nor the checks.
-    std::uint64_t mix;
-    if (BRISK_LIKELY(live_and_intact(h, &mix) && kinds_match(h->kind, Kind::kMalloc))) {
-      mark_freed(d, h, mix, stack, State::kQuarantined);
-      *user_size = h->user_size;
-      return ReallocCheck::kLive;
-    }
-  }
-  return realloc_checked(d, h, user_size, stack);
-}
-
-bool realloc_in_place(void* p, std::size_t size) {
-  auto* h = reinterpret_cast<Header*>(static_cast<char*>(p) - kHeaderBytes);
-  BRISK_ASSERT(h->state == State::kQuarantined);
-  constexpr std::size_t kLimit = static_cast<std::size_t>(PTRDIFF_MAX) / 2;  // allocate's
-  if (size == 0 || size > kLimit || g_realloc_moves.load(std::memory_order_relaxed)) return false;
-  // The bytes of the underlying block the resized debug block takes: its alignment slack and
-  // header, the user data and the canary.
-  char* u = underlying_of(h);
-  const std::size_t need = static_cast<std::size_t>(user_of(h) - u) + size + kGuardBytes;
-  auto ua = reinterpret_cast<std::uintptr_t>(u);
-  std::uint8_t kind = region_kind(ua);
-  // The bounds of the entry layer's realloc of release blocks (override/entry.cc), so that a
-  // block shrunk in debug mode keeps no more than it would in release mode: a small block stays
-  // while it fits and fills more than half of its class; a medium run grows into free pages
-  // after it (a claim any holder may make) or gives back the pages past its new end while it
-  // needs more than a small block; a large block stays above kGrowLargeMin.
-  if (kind == kRegionChunk) {
-    Span* s = chunk_of(ua)->span_of(ua);
-    bool fits = s->kind == SpanKind::kSmall ? stays_in_small_block(need, s->block_size)
-                                            : need > kSmallMax && need <= kMediumMax && medium_resize_in_place(s, need);
-    if (!fits) return false;
-  } else {
-    LargeHeader* lh = large_header_of(u, kind);
-    if (need <= kGrowLargeMin || lh == nullptr || !large_resize_in_place(u, lh, need)) return false;
-  }
-  const std::size_t old_size = h->user_size;
-  // Held by this thread and in no list (check_before_realloc): no other thread reads the
-  // header until realloc_done links it again and seals it (a program that frees or reallocates
-  // the block on another thread meanwhile races with its own realloc; that free finds it freed).
-  // As for a block realloc moves: a malloc block now (a misused new block was reported at
-  // check_before_realloc), made at the realloc's stack on this thread (mark_freed recorded both
-  // as the free's).
-  h->user_size = size;
-  h->edges_only = fill_edges_only(size);  // a block that grew past the fill limit, or shrank below
-  h->kind = Kind::kMalloc;
-  h->alloc_thread = h->free_thread;
-  h->alloc_stack = h->free_stack;
-  if (size > old_size) fill_user(h, kAllocByte, old_size);  // over the old canary too
-  std::memset(user_of(h) + size, kGuardByte, kGuardBytes);
-  return true;
-}
-
-void realloc_done(void* p, bool moved) {
-  auto* h = reinterpret_cast<Header*>(static_cast<char*>(p) - kHeaderBytes);
-  BRISK_ASSERT(h->state == State::kQuarantined);
-  DebugHeap* d = heap_of(h);
-  if (moved) {
-    // Into its heap's batch, as a free of it would go (one lock, instead of a shard's per block).
-    QuarantinedBlock out[DebugHeap::kFreedBatch + 1];
-    std::size_t n = 0;
-    bool batched;
-    {
-      LiveLock g(d);
-      batched = batch_freed(d, h, out, &n);
-    }
-    quarantine_released(h, batched, out, n);
-    return;
-  }
-  // No new block: p stays the program's, live again.
-  LiveLock g(d);
-  h->free_thread = 0;
-  h->free_stack = kNoStack;
-  link_live(d, h);
-  h->state = State::kLive;
-  seal(h);
 }
 
 namespace {

@@ -52,7 +52,7 @@ static_assert(offsetof(Header, guard) + kGuardBytes == sizeof(Header), "the guar
 // Rotation distributes over xor, so the mix is the xor of a part for the fields a free sets
 // (free_thread, free_stack, state: free_mix) and a part for the rest, fixed at allocation. A
 // free that has just verified the checksum turns the verified mix into the freed block's with
-// two free_mix terms, instead of a third pass over the header (block.cc's mark_freed).
+// two free_mix terms, instead of a third pass over the header (block_ops.h's mark_freed).
 // Allocation seals from the values it stores (mix_words), not by loading them back: an 8-byte
 // load of two 4-byte fields just written cannot be forwarded from the stores, and stalled (perf:
 // half of the function's time on one such load).
@@ -112,7 +112,7 @@ inline char* underlying_of(const Header* h) {
   return reinterpret_cast<char*>(const_cast<Header*>(h)) - h->underlying_offset;
 }
 
-// Every captured stack, stored once (block.cc's capture).
+// Every captured stack, stored once (block_ops.h's capture).
 extern StackDepot g_depot;
 
 // Freed debug blocks waiting before their memory is reused (block.cc), and the two ways through

@@ -52,12 +52,12 @@ struct DebugHeap : Heap {
     freed_count = 0;
     return n;
   }
-  // The last stack walk from each place block.cc captures stacks (allocation, free, realloc),
+  // The last stack walk from each place debug blocks capture stacks (allocation, free, realloc),
   // its value the depot id of the frames it returned: a loop that allocates or frees at one
   // place walks through return addresses it knows and does not store its stack in the depot
   // again. Touched only by the thread the paired thread heap is attached to.
   WalkMemo walks[3];
-  bool capturing = false;  // block.cc's capture is running on this heap's thread
+  bool capturing = false;  // block_ops.h's capture is running on this heap's thread
   DebugHeap* registry_next = nullptr;  // the next older debug heap; set before publication
 };
 
