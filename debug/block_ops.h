@@ -1,8 +1,9 @@
 // The operations on a debug block that its allocation, its free (block.cc) and its realloc
 // (realloc.cc) share: finding its header from a user pointer, the checks of a free, marking it
 // freed, its fill patterns, and its way into the quarantine. Internal to debug/; the header's
-// layout is block_layout.h's. Inline where the paths need them inline (each says why); the
-// out-of-line parts are defined in block.cc.
+// layout is block_layout.h's. Always inlined: they are those paths' common case, where a call
+// cost instructions (the comments below say where that was measured); their out-of-line parts
+// are defined in block.cc.
 #pragma once
 
 #include <atomic>

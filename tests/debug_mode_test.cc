@@ -705,7 +705,7 @@ TEST_F(DebugMode, TheBackgroundPassEmptiesTheQuarantineOfAThreadThatStoppedFreei
 TEST_F(DebugMode, AReleaseBlockInADebugHeapsSpanIsFreedTheReleaseWayWhateverItsNeighbourHolds) {
   constexpr size_t kRelease = 144, kDebugUser = 48;  // 80 + 48 + 8 = 136: the 144 B class too
   static_assert(sizeof(brisk::debug::Header) + kDebugUser + brisk::debug::kGuardBytes == 136);
-  constexpr uint64_t kMagic = 0x6272697365646267ull;  // debug/block.cc's check word
+  constexpr uint64_t kMagic = 0x6272697365646267ull;  // debug/block_ops.h's check word
   while (brisk_debug_active()) brisk_debug_exit();
   std::vector<char*> released;  // kept live by an exited thread, in spans with free room
   std::thread([&released] {
