@@ -18,7 +18,8 @@ namespace brisk::debug {
 
 namespace {
 
-// check_before_realloc of a pointer header_of placed in no debug heap (as release_unplaced).
+// check_before_realloc of a pointer header_of placed in no debug heap (as block.cc's
+// release_unplaced).
 BRISK_NOINLINE ReallocCheck realloc_unplaced(const void* p, const Header* h, bool in_debug_memory) {
   if (h == nullptr) {
     if (!in_debug_memory) return ReallocCheck::kNotDebug;
