@@ -169,7 +169,6 @@ BRISK_NOINLINE void fill_user_parts(Header* h, std::uint8_t byte, std::size_t fr
 
 namespace {
 
-
 // freed_pattern_intact's general case: a block filled on its edges only, or a damaged one.
 BRISK_NOINLINE bool freed_pattern_checked(const Header* h, FillDamage* damage) {
   bool intact = true;
@@ -474,11 +473,6 @@ bool usable_size(const void* p, std::size_t* size) {
   return true;
 }
 
-namespace {
-
-
-}  // namespace
-
 void push_to_quarantine(const QuarantinedBlock* blocks, std::size_t n) {
   QuarantinedBlock evicted[kEvictBatch];
   drain_evicted(evicted, g_quarantine.push(blocks, n, evicted, kEvictBatch));
@@ -489,7 +483,6 @@ void leave_quarantine_all(const QuarantinedBlock* blocks, std::size_t n) {
 }
 
 namespace {
-
 
 // release of a pointer header_of placed in no debug heap: h nullptr (no debug block starts at
 // p), or h with a header that names no debug heap.
