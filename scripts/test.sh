@@ -3,7 +3,7 @@
 # suite: the release build's ctest (unit, override, glibc ports, stress smoke, bench smoke),
 # then the unit and threading tests under ASan+UBSan and under TSan, both built with
 # BRISK_ASSERT checked. It ends with one verdict line that adds up every stage.
-# BRISK_SKIP_SANITIZERS=1 runs the release stage only. BRISK_SOAK=1 adds the soak stage (3.5
+# BRISK_SKIP_SANITIZERS=1 runs the release stage only. BRISK_SOAK=1 adds the soak stage (2.5-3.5
 # minutes of runs on 2 cores after its build, which would take CI past its 15 minutes, so not
 # in CI): the stress suite's every workload, verified, against a library built with
 # BRISK_ASSERT checked, in each strategy and in debug mode (BRISK_SOAK_SCALE, default 40;
