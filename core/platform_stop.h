@@ -3,7 +3,8 @@
 // shares the address space (clone with CLONE_VM, not a thread of this process) attaches to each
 // thread with ptrace (PTRACE_SEIZE, then PTRACE_INTERRUPT) and copies its registers into memory
 // of this process, so that a pointer held only in a stopped thread's register is read by the
-// scan like any other word (the general-purpose ones, NT_PRSTATUS: not vector registers). A thread that blocks every signal stops too (a signal-based stop,
+// scan like any other word (the general-purpose ones, NT_PRSTATUS, and the vector ones, up to
+// AVX-512's on x86-64). A thread that blocks every signal stops too (a signal-based stop,
 // the Boehm collector's, would wait on it for ever), and so does one in a system call, whose
 // registers are in the kernel. The program sees no signal, but as under a debugger a few
 // blocking calls of a stopped thread return EINTR (epoll_wait, sigwaitinfo, semop, ...: see

@@ -51,6 +51,17 @@ constexpr std::size_t kTracerStack = 256 * 1024;
 // does not stop until its child execs or exits); then the stop fails.
 constexpr long kStopTimeoutNs = 2'000'000'000;
 constexpr int kNtPrstatus = 1;  // <elf.h>'s NT_PRSTATUS
+// The vector registers, where a compiler's code may hold a pointer for a while (a 16-byte
+// struct copied through xmm, a vectorised loop over pointers): x86-64's XSAVE area in its
+// standard layout (NT_X86_XSTATE), read up to the end of AVX-512's upper sixteen zmm registers
+// at byte 2688 (the legacy area's xmm0-15, then the upper halves of ymm0-15, then of zmm0-15,
+// then zmm16-31; AMX's tiles, past it, are not read); the kernel writes the components the
+// CPU has and stops at the buffer's end. Where there is no XSAVE (and on AArch64, whose v0-v31
+// are 528 bytes), NT_PRFPREG's set. The words read are roots like the general registers: the
+// control words among them can only keep a block, never drop one.
+constexpr std::size_t kVectorWords = 2688 / sizeof(std::uintptr_t);
+constexpr int kNtPrfpreg = 2;  // <elf.h>'s NT_PRFPREG
+constexpr int kNtX86Xstate = 0x202;  // <elf.h>'s NT_X86_XSTATE
 
 enum State : int { kStarting, kAttach, kStopped, kFailed, kResume, kDone };
 enum Failure : int { kNone, kAttachFailed, kTimeout, kTooMany, kTaskList, kRegisters };
@@ -65,6 +76,7 @@ struct Control {
   std::size_t count;  // threads attached and stopped, in tids
   int tids[kMaxStopped];
   std::uintptr_t registers[kMaxStopped][kRegisterWords];  // each thread's NT_PRSTATUS set
+  std::uintptr_t vectors[kMaxStopped][kVectorWords];      // and its vector registers (above)
 };
 
 struct World {
@@ -273,6 +285,14 @@ BRISK_TRACER int tracer_main(void* argument) {
     if (const long r = sys(SYS_ptrace, PTRACE_GETREGSET, c->tids[i], kNtPrstatus, &io); r != 0) {
       fail(c, kRegisters, c->tids[i], static_cast<int>(-r));
       added = -1;
+      break;
+    }
+    // Not a failure when neither set reads (a CPU without the state): the general registers
+    // are the ones every pointer passes through.
+    iovec vio{c->vectors[i], sizeof c->vectors[i]};
+    if (sys(SYS_ptrace, PTRACE_GETREGSET, c->tids[i], kNtX86Xstate, &vio) != 0) {
+      vio = iovec{c->vectors[i], sizeof c->vectors[i]};
+      sys(SYS_ptrace, PTRACE_GETREGSET, c->tids[i], kNtPrfpreg, &vio);
     }
   }
   if (added < 0) {
