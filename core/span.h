@@ -73,6 +73,13 @@ struct alignas(BRISK_CACHELINE) Span {
   // pools' budget counts. Under the pool's lock. Here, on the read-mostly line, since no thread
   // uses a kept span: the line's readers are remote freers, and a kept span has no live block.
   bool kept = false;
+  // The owner's current span of its class, which it keeps installed when its last block comes
+  // back (one page, or a retained class: free_local_adjust); set and cleared by the owner's
+  // slow paths with `installed` and `retained` (threadcache/heap.h, set_current), read by its
+  // free. A free that empties such a span returns at once: a thread that allocates and frees
+  // one block at a time empties its span on every free, and the call to free_local_adjust
+  // was a quarter of its malloc/free pair.
+  bool stays_when_empty = false;
   std::uint32_t kept_ms = 0;
   std::uint32_t kept_bytes = 0;
   // Line 1, the owner's: written by its every malloc and free into the span (free, used) and by

@@ -409,6 +409,56 @@ TEST(Span, AnEmptiedSpanOfARetainedClassStaysAsItsSpareUntilCollect) {
   }).join();
 }
 
+// Span::stays_when_empty, the flag a free that empties a span reads before it would call
+// free_local_adjust, says exactly that the span is its heap's current span of its class and
+// stays so when empty (one page, or a retained class), through installs, retains, spares, the
+// take of a stale kept span's page and the releases of collect.
+void ExpectStaysWhenEmptyFlagsExact(const char* when) {
+  Heap* h = t_heap;
+  for (unsigned c = 0; c < kNumClasses; ++c) {
+    Span* s = h->installed[c];
+    if (s != &g_empty_span)
+      EXPECT_EQ(s->stays_when_empty, s->page_count == 1 || h->retained[c]) << when << ": class " << c;
+    if (h->spare[c] != nullptr) EXPECT_FALSE(h->spare[c]->stays_when_empty) << when << ": spare of " << c;
+  }
+  for (Span* s = h->all_spans; s != nullptr; s = s->all_next)
+    if (s->kind != SpanKind::kSmall || h->installed[s->size_class] != s)
+      EXPECT_FALSE(s->stays_when_empty) << when << ": a span not installed";
+}
+
+TEST(Span, TheFlagAnEmptyingFreeReadsMarksTheCurrentSpansThatStay) {
+  std::thread([] {
+    constexpr std::size_t kOnePage = 64, kTwoPages = 12 * 1024;
+    const unsigned c1 = size_to_class(kOnePage), c2 = size_to_class(kTwoPages);
+    ASSERT_EQ(kClasses[c1].span_pages, 1u);
+    ASSERT_GT(kClasses[c2].span_pages, 1u);
+    void* p = brisk_malloc(kOnePage);
+    Span* s1 = span_of(p);
+    EXPECT_TRUE(s1->stays_when_empty) << "a one-page current span";
+    brisk_free(p);  // empties it: it stays, and so does the flag
+    EXPECT_EQ(t_heap->installed[c1], s1);
+    EXPECT_EQ(s1->used, 0u);
+    EXPECT_TRUE(s1->stays_when_empty);
+    ExpectStaysWhenEmptyFlagsExact("one page emptied");
+    void* q = brisk_malloc(kTwoPages);
+    Span* s2 = span_of(q);
+    EXPECT_FALSE(s2->stays_when_empty) << "a two-page span of a class not yet retained";
+    brisk_free(q);  // free_local_adjust retains the class
+    EXPECT_TRUE(t_heap->retained[c2]);
+    EXPECT_TRUE(s2->stays_when_empty);
+    ExpectStaysWhenEmptyFlagsExact("two pages emptied");
+    // Two spans of the class, emptied: one stays current, the other is the spare.
+    const unsigned n = kClasses[c2].capacity + 2;
+    std::vector<void*> blocks(n);
+    for (void*& b : blocks) b = brisk_malloc(kTwoPages);
+    ExpectStaysWhenEmptyFlagsExact("two spans full");
+    for (void* b : blocks) brisk_free(b);
+    ExpectStaysWhenEmptyFlagsExact("two spans emptied");
+    brisk_thread_collect();  // releases the empty spans, current ones included
+    ExpectStaysWhenEmptyFlagsExact("after collect");
+  }).join();
+}
+
 // brisk_trim, from another thread, gives back the spare of a thread that made one and blocked:
 // its owner touches a spare only under its slow lock, so a pool thread waiting for work for good
 // does not keep it.

@@ -246,9 +246,19 @@ class HeapSlowLock {
   Heap* h_;
 };
 
+// Whether a free that empties h's installed span of class c leaves it installed (Span::
+// stays_when_empty): a one-page span always, a larger one once its class is among the retained
+// (retain_empty_span). Rewritten wherever `installed` or `retained` changes.
+inline void note_installed(Heap* h, unsigned c) {
+  Span* s = h->installed[c];
+  if (s != &g_empty_span) s->stays_when_empty = s->page_count == 1 || h->retained[c];
+}
+
 // The owner installs s as class c's span (or g_empty_span), holding h's slow lock.
 inline void set_current(Heap* h, unsigned c, Span* s) {
+  if (h->installed[c] != &g_empty_span) h->installed[c]->stays_when_empty = false;
   h->installed[c] = s;
+  note_installed(h, c);
   std::atomic_ref<Span*>(h->current[c]).store(s, std::memory_order_relaxed);
 }
 
@@ -293,7 +303,13 @@ BRISK_ALWAYS_INLINE void free_to_own_span(Heap* h, Span* s, Block* b, FreeCode c
   // pages' next user must see this block's writes.
   // Two tests rather than one `||`: GCC then branches on the decrement's own flags instead of
   // saving them with a sete (two more instructions).
-  if (BRISK_UNLIKELY(span_used_decrement(s))) return free_local_adjust(s, h);
+  if (BRISK_UNLIKELY(span_used_decrement(s))) {
+    BRISK_ASSERT(!s->stays_when_empty ||
+                 (s->kind == SpanKind::kSmall && h->installed[s->size_class] == s &&
+                  (s->page_count == 1 || h->retained[s->size_class])));
+    if (s->stays_when_empty) return;
+    return free_local_adjust(s, h);
+  }
   if (BRISK_UNLIKELY(old == nullptr)) free_local_refilled(s, h);
 }
 

@@ -401,6 +401,7 @@ namespace {
 void reset_span(Span* s) {
   BRISK_ASSERT(s->kind != SpanKind::kUnused && s->used == 0 && !s->listed && !s->idle_purged);
   store_shared(s->kind, SpanKind::kUnused);
+  BRISK_ASSERT(!s->stays_when_empty);  // uninstalled before its release (set_current)
   s->free = nullptr;
   store_shared(s->used, 0u);
   store_shared(s->carved_blocks, 0u);
@@ -554,6 +555,7 @@ void retain_empty_span(Heap* h, unsigned c) {
   ++h->retained_count;
   h->retained_classes[slot] = static_cast<std::uint8_t>(c);
   h->retained[c] = true;
+  note_installed(h, c);
 }
 
 // Takes the k-th newest class (k = retained_count: the oldest) out of the FIFO, the newer ones
@@ -567,6 +569,7 @@ void release_retained(Heap* h, unsigned k) {
   h->retained_next = static_cast<std::uint8_t>((h->retained_next + kRetainedLargeSpans - 1) % kRetainedLargeSpans);
   --h->retained_count;
   h->retained[c] = false;
+  note_installed(h, c);
   if (h->spare[c] != nullptr) heap_release_span(h, h->spare[c]);
   release_if_empty(h, c);
 }
@@ -730,14 +733,25 @@ bool keep_spare(Heap* h, Span* s) {
 void install_emptied(Heap* h, Span* s) {
   const unsigned c = s->size_class;
   if (s->listed) h->available[c].remove(s);
+  BRISK_ASSERT(h->installed[c] == &g_empty_span);
   h->installed[c] = s;
+  note_installed(h, c);
   h->refilled_at[c] = h->refills;
   if (s->page_count > 1) retain_empty_span(h, c);
 }
 
-// free_local_adjust's work under the lock, kept out of line so that its common case (the
-// class's current span emptied and already kept) returns without saving a register.
-BRISK_NOINLINE void free_local_adjust_locked(Span* s, Heap* h) {
+}  // namespace
+
+void free_local_adjust(Span* s, Heap* h) {
+  // This free's own decrement made used 0, so no block of s is queued to h either (used counts
+  // them): a reclaim (background.cc) leaves s alone, and its fields can be read before taking
+  // the lock. (Reading used here instead would not do: a reclaim that released s sets it to 0.)
+  // The class's current span stays even when empty, so alloc/free ping-pong stays on the fast
+  // path: a one-page span without more ado, a bigger one once its class is among the retained.
+  // Either goes back if no allocation takes it for a purge delay (heap_release_stale_kept_spans).
+  // The free returned before calling here for those (Span::stays_when_empty says so).
+  BRISK_ASSERT(!(s->kind == SpanKind::kSmall && h->installed[s->size_class] == s &&
+                 (s->page_count == 1 || h->retained[s->size_class])));
   HeapSlowLock lock(h);
   if (s->kind == SpanKind::kSmall && h->installed[s->size_class] == s) {
     retain_empty_span(h, s->size_class);
@@ -749,21 +763,6 @@ BRISK_NOINLINE void free_local_adjust_locked(Span* s, Heap* h) {
   if (s->kind == SpanKind::kMedium) return medium_freed(h, s);
   if (heap_keep_empty_span(h, s)) return;
   heap_release_span(h, s);
-}
-
-}  // namespace
-
-void free_local_adjust(Span* s, Heap* h) {
-  // This free's own decrement made used 0, so no block of s is queued to h either (used counts
-  // them): a reclaim (background.cc) leaves s alone, and its fields can be read before taking
-  // the lock. (Reading used here instead would not do: a reclaim that released s sets it to 0.)
-  // Keep the class's current span even when empty: alloc/free ping-pong stays on the fast path.
-  // A one-page span stays without more ado; a bigger one once its class is among the retained.
-  // Either goes back if no allocation takes it for a purge delay (heap_release_stale_kept_spans).
-  if (s->kind == SpanKind::kSmall && h->installed[s->size_class] == s &&
-      (s->page_count == 1 || h->retained[s->size_class]))
-    return;
-  free_local_adjust_locked(s, h);
 }
 
 void free_local_refilled(Span* s, Heap* h) {
