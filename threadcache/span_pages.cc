@@ -749,9 +749,15 @@ void free_local_adjust(Span* s, Heap* h) {
   // The class's current span stays even when empty, so alloc/free ping-pong stays on the fast
   // path: a one-page span without more ado, a bigger one once its class is among the retained.
   // Either goes back if no allocation takes it for a purge delay (heap_release_stale_kept_spans).
-  // The free returned before calling here for those (Span::stays_when_empty says so).
-  BRISK_ASSERT(!(s->kind == SpanKind::kSmall && h->installed[s->size_class] == s &&
-                 (s->page_count == 1 || h->retained[s->size_class])));
+  // The free returned before calling here for those (Span::stays_when_empty says so, and the
+  // checked build asserts that it did). The test stays all the same: a flag found false
+  // otherwise (a free in a signal handler that interrupted set_current between its stores,
+  // say) would take the path below, which would retain a one-page class and push a retained
+  // class's span out; here it only costs the call.
+  const bool stays = s->kind == SpanKind::kSmall && h->installed[s->size_class] == s &&
+                     (s->page_count == 1 || h->retained[s->size_class]);
+  BRISK_ASSERT(!stays);
+  if (stays) return;
   HeapSlowLock lock(h);
   if (s->kind == SpanKind::kSmall && h->installed[s->size_class] == s) {
     retain_empty_span(h, s->size_class);
