@@ -246,12 +246,17 @@ class HeapSlowLock {
   Heap* h_;
 };
 
-// Whether a free that empties h's installed span of class c leaves it installed (Span::
-// stays_when_empty): a one-page span always, a larger one once its class is among the retained
-// (retain_empty_span). Rewritten wherever `installed` or `retained` changes.
+// Whether s stays installed when a free empties it: it is h's current span of its class, and
+// a one-page span, or one of a class among the retained (retain_empty_span).
+inline bool stays_installed_when_empty(const Heap* h, const Span* s) {
+  return s->kind == SpanKind::kSmall && h->installed[s->size_class] == s &&
+         (s->page_count == 1 || h->retained[s->size_class]);
+}
+// Span::stays_when_empty of h's installed span of class c, which the free that empties it
+// reads: rewritten wherever `installed` or `retained` changes.
 inline void note_installed(Heap* h, unsigned c) {
   Span* s = h->installed[c];
-  if (s != &g_empty_span) s->stays_when_empty = s->page_count == 1 || h->retained[c];
+  if (s != &g_empty_span) s->stays_when_empty = stays_installed_when_empty(h, s);
 }
 
 // The owner installs s as class c's span (or g_empty_span), holding h's slow lock.
@@ -304,9 +309,7 @@ BRISK_ALWAYS_INLINE void free_to_own_span(Heap* h, Span* s, Block* b, FreeCode c
   // Two tests rather than one `||`: GCC then branches on the decrement's own flags instead of
   // saving them with a sete (two more instructions).
   if (BRISK_UNLIKELY(span_used_decrement(s))) {
-    BRISK_ASSERT(!s->stays_when_empty ||
-                 (s->kind == SpanKind::kSmall && h->installed[s->size_class] == s &&
-                  (s->page_count == 1 || h->retained[s->size_class])));
+    BRISK_ASSERT(!s->stays_when_empty || stays_installed_when_empty(h, s));
     if (s->stays_when_empty) return;
     return free_local_adjust(s, h);
   }

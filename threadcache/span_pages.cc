@@ -754,8 +754,7 @@ void free_local_adjust(Span* s, Heap* h) {
   // otherwise (a free in a signal handler that interrupted set_current between its stores,
   // say) would take the path below, which would retain a one-page class and push a retained
   // class's span out; here it only costs the call.
-  const bool stays = s->kind == SpanKind::kSmall && h->installed[s->size_class] == s &&
-                     (s->page_count == 1 || h->retained[s->size_class]);
+  const bool stays = stays_installed_when_empty(h, s);
   BRISK_ASSERT(!stays);
   if (stays) return;
   HeapSlowLock lock(h);
