@@ -411,8 +411,8 @@ TEST(Span, AnEmptiedSpanOfARetainedClassStaysAsItsSpareUntilCollect) {
 
 // Span::stays_when_empty, the flag a free that empties a span reads before it would call
 // free_local_adjust, says exactly that the span is its heap's current span of its class and
-// stays so when empty (one page, or a retained class), through installs, retains, spares, the
-// take of a stale kept span's page and the releases of collect.
+// stays so when empty (one page, or a retained class), through installs, a retain, a spare and
+// the releases of collect.
 void ExpectStaysWhenEmptyFlagsExact(const char* when) {
   Heap* h = t_heap;
   for (unsigned c = 0; c < kNumClasses; ++c) {
