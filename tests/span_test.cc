@@ -459,6 +459,33 @@ TEST(Span, TheFlagAnEmptyingFreeReadsMarksTheCurrentSpansThatStay) {
   }).join();
 }
 
+// A free into the class's current span when that span is full (a malloc took its last block)
+// takes no lock: a thread whose live blocks of a class sit at a span's boundary meets it on
+// every free. (HeapSlowLock counts each acquisition in slow_entries.)
+TEST(Span, AFreeIntoTheFullCurrentSpanTakesNoLock) {
+  std::thread([] {
+    constexpr std::size_t kSize = 64;
+    const unsigned c = size_to_class(kSize);
+    std::vector<void*> blocks{brisk_malloc(kSize)};
+    Span* s = span_of(blocks[0]);
+    while (s->has_room()) blocks.push_back(brisk_malloc(kSize));
+    ASSERT_EQ(t_heap->installed[c], s);
+    ASSERT_EQ(s->free, nullptr);
+    const std::uint64_t before = t_heap->slow_entries.load();
+    void* back = blocks.back();
+    blocks.pop_back();
+    ASSERT_EQ(span_of(back), s);
+    brisk_free(back);
+    EXPECT_EQ(t_heap->slow_entries.load(), before) << "the free took the heap's slow lock";
+    EXPECT_EQ(s->free, back);
+    EXPECT_FALSE(s->listed) << "the current span went on its class's list";
+    EXPECT_EQ(brisk_malloc(kSize), back) << "the block freed is not the next one handed out";
+    EXPECT_EQ(t_heap->slow_entries.load(), before);
+    blocks.push_back(back);
+    for (void* p : blocks) brisk_free(p);
+  }).join();
+}
+
 // brisk_trim, from another thread, gives back the spare of a thread that made one and blocked:
 // its owner touches a spare only under its slow lock, so a pool thread waiting for work for good
 // does not keep it.
