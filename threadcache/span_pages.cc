@@ -788,7 +788,7 @@ void free_local_refilled(Span* s, Heap* h) {
   }
   // s's other blocks may all sit in h's queue, and a reclaim may have taken them and released s
   // between this free's decrement and here: only s's owner, read under the lock, says whether
-  // s is still h's. Nothing else of s is read before but the racy test above.
+  // s is still h's. Nothing else of s is read before, but for the class and kind above.
   HeapSlowLock lock(h);
   if (s->owner.load(std::memory_order_relaxed) != h) return;
   if (s->kind == SpanKind::kSmall && !s->listed && h->installed[s->size_class] != s)
