@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdint.h>
 
+#include <atomic>
 #include <cstring>
 
 #include "core/central_pool.h"
@@ -108,13 +109,32 @@ void* alloc_big(std::size_t size, std::size_t alignment, bool zero) {
   return p;
 }
 
+// calloc of a medium or large block writes a zero byte at its start and at its end. Their pages
+// are zeros already (the block's zeroing, or pages never touched since they were mapped or
+// decommitted), but an untouched page that the program reads before writing (a check that the
+// block is zeros, a struct read before it is filled) is mapped to the kernel's shared zero page,
+// and the program's first write to it then faults again to copy it, with a TLB shootdown to every
+// other CPU running the process (an interrupt each, through the hypervisor on a VM). Written here,
+// the two pages come in as the program's own at once, one fault each, which its first write would
+// have taken anyway. A program touches the start of nearly every block it callocs and the end of
+// most (arrays it fills), so the cost is at most two pages of a block it never touches there;
+// the pages between are left as they are (a block written sparsely keeps only the pages it
+// writes). brisk-stress prodcons (one block in four a calloc, checked to be zeros, then written at
+// its edges and every 64 KiB) took 0.895 [0.831, 0.972] of the time with it (9 pairs, Intel VM),
+// its peak level; tcmalloc, whose calloc writes every byte, maps no zero page but every page.
 void* calloc_big(std::size_t count, std::size_t size) {
   std::size_t total;
   if (__builtin_mul_overflow(count, size, &total)) {
     errno = ENOMEM;
     return nullptr;
   }
-  return alloc_big(total, kMinAlign, true);
+  auto* p = static_cast<unsigned char*>(alloc_big(total, kMinAlign, true));
+  if (p != nullptr) {
+    // Atomic (relaxed) stores: plain stores of the zero already there could be dropped.
+    std::atomic_ref<unsigned char>(p[0]).store(0, std::memory_order_relaxed);
+    std::atomic_ref<unsigned char>(p[total - 1]).store(0, std::memory_order_relaxed);
+  }
+  return p;
 }
 
 void* realloc_impl(void* p, std::size_t size) {

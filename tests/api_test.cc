@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/sysinfo.h>
 #include <sys/wait.h>
@@ -261,6 +262,39 @@ TEST(BriskApi, ReallocManyRandomSteps) {
   for (const Block& b : blocks) {
     ASSERT_EQ(FirstMismatch(b.p, b.size, b.seed), SIZE_MAX);
     brisk_free(b.p);
+  }
+}
+
+// calloc of a medium or large block hands out its first and last pages present (written, not
+// the kernel's shared zero page, which a read would map and the first write copy with a TLB
+// shootdown), and leaves the pages between untouched. After brisk_trim every free page is given
+// back, so the blocks come from pages no one has touched since.
+TEST(BriskApi, CallocOfABigBlockHasItsEdgesPresentAndNothingElse) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  bool huge_always = false;
+  if (FILE* f = std::fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r")) {
+    char mode[128] = {};
+    huge_always = std::fgets(mode, sizeof mode, f) != nullptr && std::strstr(mode, "[always]") != nullptr;
+    std::fclose(f);
+  }
+  for (size_t size : {size_t{200} << 10, size_t{12} << 20}) {  // a medium block, a large one
+    brisk_trim();
+    auto* p = static_cast<unsigned char*>(brisk_calloc(1, Opaque(size)));
+    ASSERT_NE(p, nullptr);
+    auto present = [&](size_t offset) {
+      unsigned char v = 0;
+      const auto at = reinterpret_cast<uintptr_t>(p + offset) & ~(page - 1);
+      EXPECT_EQ(mincore(reinterpret_cast<void*>(at), page, &v), 0);
+      return (v & 1) != 0;
+    };
+    EXPECT_TRUE(present(0)) << size << " bytes: the first page";
+    EXPECT_TRUE(present(size - 1)) << size << " bytes: the last page";
+    // (Unless the kernel backs any touch with a huge page: transparent_hugepage set to always.)
+    if (!huge_always) {
+      EXPECT_FALSE(present(size / 2)) << size << " bytes: a page between, touched by no one";
+    }
+    EXPECT_EQ(FirstNonZero(p, size), SIZE_MAX);
+    brisk_free(p);
   }
 }
 
