@@ -558,8 +558,8 @@ TEST(LargeCache, AFreedMappingIsReusedForTheSameSize) {
 // calloc from a cached mapping of which only some pages were written: those are written with
 // zeros where they are (they stay resident, so no other CPU's TLB entry for them is shot down
 // and none faults in again), and the rest stay untouched (not resident) but the last, which
-// calloc writes (calloc_big). Before, a mostly
-// untouched mapping was decommitted whole, its written pages with it.
+// calloc writes (calloc_big). Before, a mostly untouched mapping was decommitted whole, its
+// written pages with it.
 TEST(LargeCache, CallocOfAPartlyWrittenCachedMappingZeroesItsResidentPagesInPlace) {
   constexpr std::size_t kSize = 8 << 20;
   constexpr std::size_t kStride = 64 * kOsPageSize;  // one page in 64 written: 2 of 128 pages

@@ -99,8 +99,8 @@ std::size_t ResidentOsPages(const void* p, std::size_t n) {
 
 // calloc of a run whose last block wrote a few OS pages zeroes those and touches no other but
 // the block's last (calloc_big writes its first and last byte): the pages the block before never
-// wrote read as zeros already. A memset of the whole block made
-// every one of them resident (prodcons: half of its page faults).
+// wrote read as zeros already. A memset of the whole block made every one of them resident
+// (prodcons: half of its page faults).
 TEST(MediumCache, CallocOfAReusedRunTouchesOnlyThePagesTheBlockBeforeWrote) {
   if (!CacheOn()) GTEST_SKIP() << "BRISK_MEDIUM_CACHE_BYTES=0: no medium cache";
   std::thread([] {
