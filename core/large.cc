@@ -144,11 +144,9 @@ void append_entry(const CacheEntry& e) {
 
 // Under g_lock: whether e fits in both budgets now, with the first pages of up to two
 // neighbours it may merge with counted dirty.
-// A clean entry takes no part of the dirty budget: with a budget of less than two pages (0 too),
-// every freed mapping is cached decommitted, as the budget says, rather than unmapped.
 bool room_for(const CacheEntry& e) {
   return g_cache_used < kCacheEntries && g_cache_bytes + e.size <= option_bytes(options::Id::kLargeCacheBytes) &&
-         (e.dirty == 0 || g_dirty_bytes + e.dirty + 2 * kOsPageSize <= option_bytes(options::Id::kLargeDirtyBytes));
+         g_dirty_bytes + e.dirty + 2 * kOsPageSize <= option_bytes(options::Id::kLargeDirtyBytes);
 }
 
 // The age of two neighbouring entries merged: the mean of their ages weighted by their dirty
@@ -384,7 +382,7 @@ bool cache_put(char* base, std::size_t size, std::uint64_t now) {
       }
       // A strategy switch may have lowered a budget below this entry since it was checked.
       if (size > option_bytes(options::Id::kLargeCacheBytes) ||
-          (entry.dirty != 0 && entry.dirty + 2 * kOsPageSize > option_bytes(options::Id::kLargeDirtyBytes)))
+          entry.dirty + 2 * kOsPageSize > option_bytes(options::Id::kLargeDirtyBytes))
         return false;
       unmap_victim = g_cache_used == kCacheEntries ||
                      g_cache_bytes + size > option_bytes(options::Id::kLargeCacheBytes);

@@ -9,10 +9,6 @@ endforeach()
 add_test(NAME large_budget_test COMMAND large_test --gtest_filter=LargeCacheBudget.*)
 set_tests_properties(large_budget_test PROPERTIES LABELS unit TIMEOUT 60
   ENVIRONMENT "BRISK_LARGE_CACHE_BYTES=48m;BRISK_LARGE_DIRTY_BYTES=20m")
-# No dirty budget: freed mappings are cached decommitted.
-add_test(NAME large_no_dirty_test COMMAND large_test --gtest_filter=LargeCacheNoDirty.*)
-set_tests_properties(large_no_dirty_test PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT "BRISK_LARGE_DIRTY_BYTES=0"
-  FAIL_REGULAR_EXPRESSION "SKIPPED")
 # The cache's promises under random traffic, with those budgets: entries are decommitted and
 # unmapped to stay within them.
 add_test(NAME large_budget_invariants_test COMMAND large_test --gtest_filter=LargeCacheDecay.RandomTraffic*)

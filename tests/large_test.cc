@@ -532,28 +532,6 @@ TEST(LargeCacheBudget, TheBudgetsHoldAndTheOldestGoFirst) {
   brisk_thread_collect();
 }
 
-// With no dirty budget at all (BRISK_LARGE_DIRTY_BYTES=0, tests/components.cmake:
-// large_no_dirty_test) a freed mapping is cached decommitted, as the budget says, and reused
-// without a new mmap. Before, a clean entry still needed two pages of the budget, so every freed
-// mapping was unmapped.
-TEST(LargeCacheNoDirty, AFreedMappingIsCachedDecommitted) {
-  if (options::get(options::Id::kLargeDirtyBytes) != 0) GTEST_SKIP() << "runs with BRISK_LARGE_DIRTY_BYTES=0";
-  brisk_thread_collect();
-  constexpr std::size_t kSize = 8 << 20;
-  auto* a = static_cast<char*>(brisk_malloc(kSize));
-  ASSERT_NE(a, nullptr);
-  std::memset(a, 0x5A, kSize);
-  brisk_free(a);
-  const brisk_stats cached = brisk_test::Stats();
-  EXPECT_GE(cached.large_bytes_cached, kSize) << "the mapping was unmapped, not cached";
-  EXPECT_EQ(ResidentOf(a, kSize), 0u) << "cached with its pages";
-  void* b = brisk_malloc(kSize);
-  EXPECT_EQ(b, a) << "same size, same mapping";
-  EXPECT_EQ(brisk_test::Stats().os_map_calls, cached.os_map_calls) << "a new mmap";
-  brisk_free(b);
-  brisk_thread_collect();
-}
-
 TEST(LargeCache, AFreedMappingIsReusedForTheSameSize) {
   constexpr std::size_t kSize = 8 << 20;
   void* a = brisk_malloc(kSize);
