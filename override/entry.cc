@@ -117,11 +117,12 @@ void* alloc_big(std::size_t size, std::size_t alignment, bool zero) {
 // other CPU running the process (an interrupt each, through the hypervisor on a VM). Written here,
 // the two pages come in as the program's own at once, one fault each, which its first write would
 // have taken anyway. A program touches the start of nearly every block it callocs and the end of
-// most (arrays it fills), so the cost is at most two pages of a block it never touches there;
-// the pages between are left as they are (a block written sparsely keeps only the pages it
-// writes). brisk-stress prodcons (one block in four a calloc, checked to be zeros, then written at
-// its edges and every 64 KiB) took 0.895 [0.831, 0.972] of the time with it (9 pairs, Intel VM),
-// its peak level; tcmalloc, whose calloc writes every byte, maps no zero page but every page.
+// most (arrays it fills), so the cost is at most two pages of a block it never touches there
+// (huge pages, where transparent_hugepage is "always"); the pages between are left as they are
+// (a block written sparsely keeps only the pages it writes). brisk-stress prodcons (one block in
+// four a calloc, checked to be zeros, then written at its edges and every 64 KiB) took 0.895
+// [0.831, 0.972] of the time with it (9 pairs, Intel VM), its peak level; tcmalloc, whose calloc
+// writes every byte, maps no zero page but every page.
 void* calloc_big(std::size_t count, std::size_t size) {
   std::size_t total;
   if (__builtin_mul_overflow(count, size, &total)) {
