@@ -52,7 +52,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: brisk-stress [WORKLOAD...] [--threads N] [--scale PCT] [--duration S] [--seed S] "
-    "[--json FILE] [--rows R] [--pool P] [--smoke]\n";
+    "[--json FILE] [--rows R] [--pool P] [--peak-breakdown] [--smoke]\n";
 
 #ifndef BRISK_VERSION_STRING
 #define BRISK_VERSION_STRING "unknown"
@@ -78,6 +78,8 @@ void print_help() {
   std::puts("  --rows R       workloads with a 1-thread and a parallel row: single, parallel or both");
   std::puts("  --pool P       MMtest's parallel rows on tbb (a parallel_for, default) or threads (each of");
   std::puts("                 the 10 iterations on a new std::thread, whose cache starts empty)");
+  std::puts("  --peak-breakdown  sample each row's RSS every ms and print brisk's statistics at its");
+  std::puts("                 highest sample (where the peak lay; the sampling thread costs time)");
   std::puts("  --smoke        every workload at a tiny count, for ctest");
   std::puts("  --version      print brisk-stress's version");
   std::puts("  --help, -h     this text");
@@ -146,6 +148,10 @@ Options parse(int argc, char** argv) {
     }
     if (arg == "--smoke") {
       options.smoke = true;
+      continue;
+    }
+    if (arg == "--peak-breakdown") {
+      options.peak_breakdown = true;
       continue;
     }
     if (arg.rfind("--", 0) != 0) {
@@ -240,7 +246,7 @@ int main(int argc, char** argv) {
   tbb::global_control parallelism_limit(tbb::global_control::max_allowed_parallelism,
                                         parallelism);
 
-  Recorder recorder;
+  Recorder recorder(options.peak_breakdown);
   int passes = 0;
   {
     Progress progress;

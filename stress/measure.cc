@@ -1,12 +1,17 @@
 // Time, CPU, RSS and brisk lock-count measurement, and the Recorder that turns a measured phase
 // into a row.
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "include/brisk/brisk.h"  // brisk_lock_stats only: brisk's functions are found with dlsym
 #include "stress/suite.h"
@@ -65,6 +70,83 @@ void add_lock_deltas(Row& row, const LockSnapshot& before, const LockSnapshot& a
     l.yields += a.yields - b.yields;
   }
 }
+
+// The RSS from /proc/self/statm, read with open and read into a stack buffer: no allocation,
+// so the sampler below adds no blocks to the heap it measures.
+std::uint64_t statm_rss_kib() {
+  const int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char text[128];
+  const ssize_t n = read(fd, text, sizeof text - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  text[n] = '\0';
+  char* end = nullptr;
+  std::strtoull(text, &end, 10);  // size; resident follows
+  const std::uint64_t pages = std::strtoull(end, nullptr, 10);
+  return pages * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE)) / 1024;
+}
+
+// --peak-breakdown's sampler: a thread that reads the RSS every millisecond and, at each new
+// high, brisk's statistics (brisk_get_stats_sized, found with dlsym: nothing when brisk is not
+// the allocator). A new high is one above the last by more than 1/64: the RSS a row reached
+// while it allocated often stays, or creeps up a page, after it frees, and the figures of the
+// moment it got there say more than those of its end. One sample at the start and one at the
+// stop too, so that a row shorter than the period has its figures. The row's VmHWM may lie
+// between two samples: the table shows the sampled RSS beside it.
+class PeakSampler {
+ public:
+  explicit PeakSampler(bool on) {
+    if (!on) return;
+    sample();
+    thread_ = std::thread([this] {
+      const timespec period{0, 1'000'000};
+      while (!stop_.load(std::memory_order_relaxed)) {
+        nanosleep(&period, nullptr);
+        sample();
+      }
+    });
+  }
+  ~PeakSampler() { stop(); }
+  PeakSampler(const PeakSampler&) = delete;
+  PeakSampler& operator=(const PeakSampler&) = delete;
+
+  // Ends the sampling (the thread's samples happen before the join) and returns the highest.
+  const PeakBreakdown& stop() {
+    if (thread_.joinable()) {
+      stop_.store(true, std::memory_order_relaxed);
+      thread_.join();
+      sample();
+    }
+    return best_;
+  }
+
+ private:
+  void sample() {
+    const std::uint64_t rss = statm_rss_kib();
+    if (best_.sampled && rss <= best_.sampled_rss_kib + best_.sampled_rss_kib / 64) return;
+    best_.sampled = true;
+    best_.sampled_rss_kib = rss;
+    using GetStats = std::size_t (*)(brisk_stats*, std::size_t);
+    static const auto get = reinterpret_cast<GetStats>(dlsym(RTLD_DEFAULT, "brisk_get_stats_sized"));
+    if (get == nullptr) return;
+    brisk_stats s{};
+    get(&s, sizeof s);
+    best_.brisk = true;
+    best_.in_use_kib = s.bytes_in_use / 1024;
+    best_.brisk_resident_kib = s.bytes_resident / 1024;
+    best_.thread_caches_kib = s.thread_cache_bytes / 1024;
+    best_.central_kib = s.central_pool_bytes / 1024;
+    best_.kept_kib = s.kept_span_bytes / 1024;
+    best_.queued_kib = s.remote_queued_bytes / 1024;
+    best_.large_cache_kib = s.large_cache_resident_bytes / 1024;
+    best_.chunk_free_kib = s.chunk_bytes_free_resident / 1024;
+  }
+
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  PeakBreakdown best_;
+};
 
 }  // namespace
 
@@ -126,6 +208,7 @@ void Recorder::measure(const std::string& workload, int threads,
   reset_peak_rss();
   LockSnapshot locks0, locks1;
   locks0.read();
+  PeakSampler sampler(peak_breakdown_);
   rusage ru0;
   getrusage(RUSAGE_SELF, &ru0);
   const double wall0 = wall_now_ms();
@@ -135,6 +218,7 @@ void Recorder::measure(const std::string& workload, int threads,
   const double cpu1 = cpu_now_ms();
   rusage ru1;
   getrusage(RUSAGE_SELF, &ru1);
+  const PeakBreakdown& peak = sampler.stop();
   locks1.read();
   const std::uint64_t rss = peak_rss_kib();
 
@@ -147,6 +231,7 @@ void Recorder::measure(const std::string& workload, int threads,
   row.ops += ops;
   add_lock_deltas(row, locks0, locks1);
   if (rss > row.peak_rss_kib) row.peak_rss_kib = rss;
+  if (peak.sampled && peak.sampled_rss_kib >= row.peak.sampled_rss_kib) row.peak = peak;
   if (!note.empty()) row.note = std::move(note);
   ++row.passes;
 }

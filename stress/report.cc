@@ -45,6 +45,50 @@ struct LockColumns {
   }
 };
 
+// --peak-breakdown's table, after the main one: per row, the highest RSS sampled and brisk's
+// statistics read then (MiB), or "-" under another allocator.
+void print_peak_breakdown(const std::vector<Row>& rows) {
+  bool any = false;
+  for (const Row& row : rows) any |= !row.skipped && row.peak.sampled;
+  if (!any) return;
+  std::printf("\npeak breakdown, MiB (brisk_get_stats at the highest RSS sampled every ms):\n");
+  std::printf("%-14s %7s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s\n", "workload", "threads", "peak_rss",
+              "sampled", "in_use", "resident", "thr_cache", "central", "kept", "queued", "large_cache",
+              "chunk_free");
+  auto mib = [](std::uint64_t kib) { return static_cast<double>(kib) / 1024.0; };
+  for (const Row& row : rows) {
+    if (row.skipped || !row.peak.sampled) continue;
+    const PeakBreakdown& p = row.peak;
+    std::printf("%-14s %7d %9.1f %9.1f", row.workload.c_str(), row.threads, mib(row.peak_rss_kib),
+                mib(p.sampled_rss_kib));
+    if (!p.brisk) {
+      std::printf(" %9s %9s %9s %9s %9s %9s %9s %9s\n", "-", "-", "-", "-", "-", "-", "-", "-");
+      continue;
+    }
+    std::printf(" %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f\n", mib(p.in_use_kib),
+                mib(p.brisk_resident_kib), mib(p.thread_caches_kib), mib(p.central_kib), mib(p.kept_kib),
+                mib(p.queued_kib), mib(p.large_cache_kib), mib(p.chunk_free_kib));
+  }
+}
+
+void json_peak_breakdown(std::FILE* f, const PeakBreakdown& p) {
+  std::fprintf(f, ", \"peak_breakdown\": ");
+  if (!p.sampled) {
+    std::fprintf(f, "null");
+    return;
+  }
+  std::fprintf(f, "{\"sampled_rss_kib\": %" PRIu64, p.sampled_rss_kib);
+  if (p.brisk) {
+    std::fprintf(f,
+                 ", \"in_use_kib\": %" PRIu64 ", \"brisk_resident_kib\": %" PRIu64 ", \"thread_caches_kib\": %" PRIu64
+                 ", \"central_kib\": %" PRIu64 ", \"kept_kib\": %" PRIu64 ", \"queued_kib\": %" PRIu64
+                 ", \"large_cache_kib\": %" PRIu64 ", \"chunk_free_kib\": %" PRIu64,
+                 p.in_use_kib, p.brisk_resident_kib, p.thread_caches_kib, p.central_kib, p.kept_kib, p.queued_kib,
+                 p.large_cache_kib, p.chunk_free_kib);
+  }
+  std::fprintf(f, "}");
+}
+
 }  // namespace
 
 double overall_ops_per_sec(const std::vector<Row>& rows) {
@@ -74,6 +118,7 @@ void print_table(const std::vector<Row>& rows) {
                 row.minor_faults, row.peak_rss_kib, row_ops_per_sec(row), locks.acquisitions,
                 locks.contended, locks.top.c_str(), row.note.c_str());
   }
+  print_peak_breakdown(rows);
 }
 
 bool write_json(const std::string& path, const Options& options, const std::vector<Row>& rows,
@@ -109,6 +154,7 @@ bool write_json(const std::string& path, const Options& options, const std::vect
                      l.acquisitions, l.contended, l.yields);
       }
       if (!row.locks.empty()) std::fprintf(f, "}");
+      json_peak_breakdown(f, row.peak);
     }
     if (!row.series_kib.empty()) {
       std::fprintf(f, ", \"rss_kib_per_round\": [");

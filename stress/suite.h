@@ -31,6 +31,10 @@ struct Options {
   // reusable workers; true gives each iteration a new std::thread that exits after it, so every
   // iteration starts with an empty thread cache (--pool threads: the article's plain threads).
   bool plain_threads = false;
+  // --peak-breakdown: while each row runs, a thread samples the process's RSS every millisecond
+  // and, at each new high, reads brisk's statistics (when brisk is the allocator), so that the
+  // row says where its peak lay. Off by default: the sampling thread shares the cores.
+  bool peak_breakdown = false;
 };
 
 // brisk's counts for one of its locked structures (brisk_get_lock_stats) over a row's measured
@@ -40,6 +44,24 @@ struct LockCount {
   std::uint64_t acquisitions = 0;
   std::uint64_t contended = 0;
   std::uint64_t yields = 0;
+};
+
+// Where a row's peak lay (--peak-breakdown): brisk_get_stats read at the highest RSS the
+// sampler saw, in KiB. brisk's fields are its own accounting (include/brisk/brisk.h), not
+// pieces of the RSS: thread_caches counts uncarved room too, and brisk_resident is brisk's
+// upper bound of its share. Without brisk only sampled_rss is set.
+struct PeakBreakdown {
+  bool sampled = false;  // the sampler saw the row
+  bool brisk = false;    // and read brisk's statistics
+  std::uint64_t sampled_rss_kib = 0;
+  std::uint64_t in_use_kib = 0;          // bytes_in_use
+  std::uint64_t brisk_resident_kib = 0;  // bytes_resident
+  std::uint64_t thread_caches_kib = 0;   // thread_cache_bytes
+  std::uint64_t central_kib = 0;         // central_pool_bytes
+  std::uint64_t kept_kib = 0;            // kept_span_bytes (of central)
+  std::uint64_t queued_kib = 0;          // remote_queued_bytes
+  std::uint64_t large_cache_kib = 0;     // large_cache_resident_bytes
+  std::uint64_t chunk_free_kib = 0;      // chunk_bytes_free_resident
 };
 
 // One row of the table: one workload at one thread count. In soak mode the passes of the same
@@ -57,6 +79,7 @@ struct Row {
   bool skipped = false;
   std::string note;
   std::vector<std::uint64_t> series_kib;  // churn: the peak RSS of each round
+  PeakBreakdown peak;  // --peak-breakdown: the pass with the highest sample
   int passes = 0;
 };
 
@@ -90,6 +113,7 @@ class Progress {
 
 class Recorder {
  public:
+  explicit Recorder(bool peak_breakdown = false) : peak_breakdown_(peak_breakdown) {}
   // Runs body as one row: body returns its operation count; wall time, CPU time and peak RSS
   // are measured around it.
   void measure(const std::string& workload, int threads, const std::function<std::uint64_t()>& body,
@@ -103,6 +127,7 @@ class Recorder {
  private:
   Row& find_or_add(const std::string& workload, int threads);
   std::vector<Row> rows_;
+  bool peak_breakdown_;
 };
 
 struct Context {
@@ -172,7 +197,7 @@ std::uint64_t current_rss_kib();  // VmRSS
 std::uint64_t process_max_rss_kib();  // getrusage's ru_maxrss
 
 // Output (report.cc).
-void print_table(const std::vector<Row>& rows);
+void print_table(const std::vector<Row>& rows);  // and the peak breakdown, when sampled
 bool write_json(const std::string& path, const Options& options, const std::vector<Row>& rows,
                 double ops_per_sec);
 double overall_ops_per_sec(const std::vector<Row>& rows);
