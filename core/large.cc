@@ -701,9 +701,26 @@ void* map_aligned_or_flush_caches(std::size_t size, std::size_t alignment) {
 }
 
 std::size_t large_cache_resident_bytes() {
-  std::size_t stashed = g_stashed_bytes.load(std::memory_order_relaxed);
-  LockGuard g(g_lock);
-  return g_dirty_bytes + stashed;
+  // The dirty ranges, copied under the lock and measured outside it: mincore takes no lock of
+  // ours and shoots down no TLB, but the cache's other users should not wait for it. An entry
+  // taken or unmapped meanwhile is measured as its range is then (where mincore fails, by its
+  // size): statistics read while threads run are each as of its own moment (brisk.h).
+  struct Range {
+    char* start;
+    std::size_t size;
+  };
+  Range ranges[kCacheEntries];
+  unsigned n = 0;
+  {
+    LockGuard g(g_lock);
+    for (unsigned i = 0; i < g_cache_used; ++i) {
+      const CacheEntry& e = g_cache[i];
+      if (e.dirty != 0) ranges[n++] = Range{e.base + e.dirty_begin, e.dirty_end - e.dirty_begin};
+    }
+  }
+  std::size_t bytes = g_stashed_bytes.load(std::memory_order_relaxed);
+  for (unsigned i = 0; i < n; ++i) bytes += platform::resident_bytes(ranges[i].start, ranges[i].size);
+  return bytes;
 }
 
 LargeCacheView large_cache_view_for_test(LargeCacheEntryView* out, std::size_t max) {

@@ -78,7 +78,9 @@ std::size_t large_cache_flush();
 // freed) while brisk held hundreds of MiB of freed mappings. For chunk_create and large blocks;
 // the caller holds neither cache's lock.
 void* map_aligned_or_flush_caches(std::size_t size, std::size_t alignment);
-// Bytes of the cached mappings that were resident when they were cached (mincore then).
+// For the statistics: the resident bytes of the cached mappings now (mincore over each dirty
+// entry's dirty range; a clean entry reads as zeros, and an entry's first page, outside its
+// range, is not counted), plus the threads' stashed mappings by size.
 std::size_t large_cache_resident_bytes();
 // Tests: a copy of the cache as it is now, so that a test can check the invariants large.cc
 // keeps (tests/large_test.cc, RandomTrafficKeepsEveryEntrySound). The caller holds the cache's lock

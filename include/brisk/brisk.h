@@ -105,7 +105,9 @@ typedef struct brisk_stats {
   uint64_t remote_queued_bytes;  /* blocks freed by a thread that does not own their span, in its
                                     outgoing batches, its foreign cache (kept for its own next
                                     allocations) or in a remote-free queue */
-  uint64_t large_cache_resident_bytes; /* of large_bytes_cached, kept as freed, not decommitted (counted by size: an upper bound of their resident pages) */
+  uint64_t large_cache_resident_bytes; /* of large_bytes_cached, the pages resident at the read
+                                    (mincore over the parts freed blocks may have written;
+                                    a thread's stashed mapping counts whole) */
   uint64_t chunk_bytes_free;     /* free 64 KiB pages of live chunks (no span holds them) */
   uint64_t chunk_bytes_free_resident; /* of which used since last purged: still resident */
   uint64_t bytes_mapped;         /* chunk_bytes_mapped + large_bytes_mapped */
