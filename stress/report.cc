@@ -52,7 +52,7 @@ void print_peak_breakdown(const std::vector<Row>& rows) {
   for (const Row& row : rows) any |= !row.skipped && row.peak.sampled;
   if (!any) return;
   std::printf("\npeak breakdown, MiB (brisk_get_stats at the highest RSS sampled every ms):\n");
-  std::printf("%-14s %7s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s\n", "workload", "threads", "peak_rss",
+  std::printf("%-14s %7s %9s %9s %9s %9s %9s %9s %9s %9s %11s %10s\n", "workload", "threads", "peak_rss",
               "sampled", "in_use", "resident", "thr_cache", "central", "kept", "queued", "large_cache",
               "chunk_free");
   auto mib = [](std::uint64_t kib) { return static_cast<double>(kib) / 1024.0; };
@@ -62,10 +62,10 @@ void print_peak_breakdown(const std::vector<Row>& rows) {
     std::printf("%-14s %7d %9.1f %9.1f", row.workload.c_str(), row.threads, mib(row.peak_rss_kib),
                 mib(p.sampled_rss_kib));
     if (!p.brisk) {
-      std::printf(" %9s %9s %9s %9s %9s %9s %9s %9s\n", "-", "-", "-", "-", "-", "-", "-", "-");
+      std::printf(" %9s %9s %9s %9s %9s %9s %11s %10s\n", "-", "-", "-", "-", "-", "-", "-", "-");
       continue;
     }
-    std::printf(" %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f\n", mib(p.in_use_kib),
+    std::printf(" %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %11.1f %10.1f\n", mib(p.in_use_kib),
                 mib(p.brisk_resident_kib), mib(p.thread_caches_kib), mib(p.central_kib), mib(p.kept_kib),
                 mib(p.queued_kib), mib(p.large_cache_kib), mib(p.chunk_free_kib));
   }
