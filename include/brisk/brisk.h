@@ -73,10 +73,11 @@ brisk_strategy brisk_get_strategy(void);
  * Process-wide counters, for tests, the stress suite and operators. Nothing is counted on the
  * allocation fast paths: the block counts are derived, when asked, from the span descriptors
  * of every chunk (a walk under the chunk registry's lock, proportional to the mapped chunks),
- * and the rest are counters kept on slow paths. While other threads run, each number is read
- * on its own, so sums of them can be off by what changed meanwhile. When no thread allocates
- * or frees meanwhile, every field is exact except bytes_resident (an estimate, see there) and
- * process_rss_bytes (the kernel's figure). All byte counts are bytes. */
+ * the large cache's resident pages with mincore, and the rest are counters kept on slow paths.
+ * While other threads run, each number is read on its own, so sums of them can be off by what
+ * changed meanwhile. When no thread allocates or frees meanwhile, every field is exact except
+ * bytes_resident (an estimate, see there), and large_cache_resident_bytes and
+ * process_rss_bytes (the kernel's figures). All byte counts are bytes. */
 typedef struct brisk_stats {
   uint64_t chunks_mapped;       /* 4 MiB chunks currently mapped for small and medium blocks */
   uint64_t chunk_bytes_mapped;  /* bytes of those chunks */
