@@ -45,6 +45,25 @@ struct LockColumns {
   }
 };
 
+// brisk's figures in --peak-breakdown's table and JSON, in their order: one list, so that the
+// two outputs name the same fields.
+struct BreakdownField {
+  const char* heading;  // the table's
+  int width;
+  const char* json;
+  std::uint64_t PeakBreakdown::*kib;
+};
+constexpr BreakdownField kBreakdownFields[] = {
+    {"in_use", 9, "in_use_kib", &PeakBreakdown::in_use_kib},
+    {"resident", 9, "brisk_resident_kib", &PeakBreakdown::brisk_resident_kib},
+    {"thr_cache", 9, "thread_caches_kib", &PeakBreakdown::thread_caches_kib},
+    {"central", 9, "central_kib", &PeakBreakdown::central_kib},
+    {"kept", 9, "kept_kib", &PeakBreakdown::kept_kib},
+    {"queued", 9, "queued_kib", &PeakBreakdown::queued_kib},
+    {"large_cache", 11, "large_cache_kib", &PeakBreakdown::large_cache_kib},
+    {"chunk_free", 10, "chunk_free_kib", &PeakBreakdown::chunk_free_kib},
+};
+
 // --peak-breakdown's table, after the main one: per row, the highest RSS sampled and brisk's
 // statistics read then (MiB), or "-" under another allocator.
 void print_peak_breakdown(const std::vector<Row>& rows) {
@@ -52,22 +71,20 @@ void print_peak_breakdown(const std::vector<Row>& rows) {
   for (const Row& row : rows) any |= !row.skipped && row.peak.sampled;
   if (!any) return;
   std::printf("\npeak breakdown, MiB (brisk_get_stats at the highest RSS sampled every ms):\n");
-  std::printf("%-14s %7s %9s %9s %9s %9s %9s %9s %9s %9s %11s %10s\n", "workload", "threads", "peak_rss",
-              "sampled", "in_use", "resident", "thr_cache", "central", "kept", "queued", "large_cache",
-              "chunk_free");
+  std::printf("%-14s %7s %9s %9s", "workload", "threads", "peak_rss", "sampled");
+  for (const BreakdownField& field : kBreakdownFields) std::printf(" %*s", field.width, field.heading);
+  std::printf("\n");
   auto mib = [](std::uint64_t kib) { return static_cast<double>(kib) / 1024.0; };
   for (const Row& row : rows) {
     if (row.skipped || !row.peak.sampled) continue;
     const PeakBreakdown& p = row.peak;
     std::printf("%-14s %7d %9.1f %9.1f", row.workload.c_str(), row.threads, mib(row.peak_rss_kib),
                 mib(p.sampled_rss_kib));
-    if (!p.brisk) {
-      std::printf(" %9s %9s %9s %9s %9s %9s %11s %10s\n", "-", "-", "-", "-", "-", "-", "-", "-");
-      continue;
+    for (const BreakdownField& field : kBreakdownFields) {
+      if (p.brisk) std::printf(" %*.1f", field.width, mib(p.*field.kib));
+      else std::printf(" %*s", field.width, "-");
     }
-    std::printf(" %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %11.1f %10.1f\n", mib(p.in_use_kib),
-                mib(p.brisk_resident_kib), mib(p.thread_caches_kib), mib(p.central_kib), mib(p.kept_kib),
-                mib(p.queued_kib), mib(p.large_cache_kib), mib(p.chunk_free_kib));
+    std::printf("\n");
   }
 }
 
@@ -79,12 +96,7 @@ void json_peak_breakdown(std::FILE* f, const PeakBreakdown& p) {
   }
   std::fprintf(f, "{\"sampled_rss_kib\": %" PRIu64, p.sampled_rss_kib);
   if (p.brisk) {
-    std::fprintf(f,
-                 ", \"in_use_kib\": %" PRIu64 ", \"brisk_resident_kib\": %" PRIu64 ", \"thread_caches_kib\": %" PRIu64
-                 ", \"central_kib\": %" PRIu64 ", \"kept_kib\": %" PRIu64 ", \"queued_kib\": %" PRIu64
-                 ", \"large_cache_kib\": %" PRIu64 ", \"chunk_free_kib\": %" PRIu64,
-                 p.in_use_kib, p.brisk_resident_kib, p.thread_caches_kib, p.central_kib, p.kept_kib, p.queued_kib,
-                 p.large_cache_kib, p.chunk_free_kib);
+    for (const BreakdownField& field : kBreakdownFields) std::fprintf(f, ", \"%s\": %" PRIu64, field.json, p.*field.kib);
   }
   std::fprintf(f, "}");
 }
