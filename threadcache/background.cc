@@ -72,10 +72,29 @@ constexpr std::uint32_t kReleased = ~std::uint32_t{0};  // to give back
 constexpr std::uint32_t kPinned = kReleased - 1;        // never given back in this reclaim
 constexpr std::uint32_t kPurged = kPinned - 1;          // installed, purged in place (below)
 struct SpanTable {
-  SpanCount slots[kSpanSlots];
+  alignas(kOsPageSize) SpanCount slots[kSpanSlots];
   std::uint16_t used[kMaxSpans];  // indices of the slots in use
   unsigned count;
+  // Bit p: page p of slots (an OS page) has been accessed. A first read of an untouched page
+  // maps the kernel's shared zero page, and a write to it after that faults again to copy it,
+  // with a TLB shootdown to every other CPU running the process (an interrupt each, through the
+  // hypervisor on a VM: about 20 us, against 1.5 for a first write, measured here with another
+  // thread spinning). So find_slot never reads a page it has not accessed (all its slots are
+  // empty) and makes its first access to one a write, as touch_counters does each pass for this
+  // word's page; used[] is written before it is read. Before, a pass read the home slot of every
+  // span it looked up: the reclaim passes of the producer/consumer, larson and churn workloads
+  // sent 27-63 shootdowns a run this way, the most of any of brisk's own code (perf record -e
+  // tlb:tlb_flush, with call graphs), and a lookup that missed left its page mapped.
+  std::uint64_t accessed_pages;
 } g_spans;
+constexpr std::size_t kSlotsPerPage = kOsPageSize / sizeof(SpanCount);
+static_assert(sizeof(g_spans.slots) / kOsPageSize <= 64, "accessed_pages has a bit per page of slots");
+
+// Before a pass reads count or accessed_pages: a write to their page (an atomic or of nothing,
+// which the CPU performs as a write).
+void touch_counters() {
+  std::atomic_ref<std::uint64_t>(g_spans.accessed_pages).fetch_or(0, std::memory_order_relaxed);
+}
 
 // The slot of s, inserted if insert and there is room; nullptr if none.
 SpanCount* find_slot(Span* s, bool insert) {
@@ -83,6 +102,12 @@ SpanCount* find_slot(Span* s, bool insert) {
   // it (span descriptors differ only in their chunk and index within it).
   auto i = static_cast<unsigned>((reinterpret_cast<std::uintptr_t>(s) * 0x9e3779b97f4a7c15ull) >> (64 - kSpanSlotsLog2));
   for (unsigned probes = 0; probes < kMaxProbes; ++probes, i = (i + 1) & (kSpanSlots - 1)) {
+    const std::uint64_t page = std::uint64_t{1} << (i / kSlotsPerPage);
+    if ((g_spans.accessed_pages & page) == 0) {  // never accessed: slot i is empty
+      if (!insert || g_spans.count == kMaxSpans) return nullptr;
+      *static_cast<Span* volatile*>(&g_spans.slots[i & ~(kSlotsPerPage - 1)].span) = nullptr;  // the first access
+      g_spans.accessed_pages |= page;
+    }
     SpanCount& e = g_spans.slots[i];
     if (e.span == s) return &e;
     if (e.span == nullptr) {
@@ -233,6 +258,7 @@ std::size_t reclaim_locked(Heap* h, bool purge_installed, std::size_t* purged = 
   // (and, once sent back, its own) from emptying.
   if (purge_installed) heap_take_outgoing(h);
   if (h->serving || h->is_debug) {
+    touch_counters();
     Block* chain = h->incoming.take_all();
     // 1. Count the chain's blocks per span of h. A block beyond its span's carved part was
     // never handed out (a bad free the owner reports when it drains): its span is pinned, so a
@@ -334,6 +360,11 @@ std::size_t reclaim_locked(Heap* h, bool purge_installed, std::size_t* purged = 
 std::size_t reclaim_queued_frees(Heap* h, std::size_t* purged) {
   LockGuard pass(g_pass_lock);
   return reclaim_locked(h, purged != nullptr, purged);
+}
+
+void reclaim_table_for_test(const void** start, std::size_t* bytes) {
+  *start = &g_spans;
+  *bytes = sizeof g_spans;
 }
 
 // Tried, not waited for: the caller holds its own heap's slow lock, and a pass or another

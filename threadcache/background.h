@@ -49,6 +49,9 @@ std::size_t reclaim_queued_frees(Heap* h, std::size_t* purged = nullptr);
 // chunk: the wholly freed spans queued to owners that are blocked or descheduled become free
 // pages it can take. Returns the bytes of spans released.
 std::size_t reclaim_other_queues(Heap* self);
+// Tests: where the reclaim's table of spans lies (all of it: its slots and its counts), so a
+// test can read the state of its pages (tests/background_test.cc, SpanTable).
+void reclaim_table_for_test(const void** start, std::size_t* bytes);
 // Bytes the background passes have returned to the OS so far.
 std::size_t background_bytes_returned();
 
