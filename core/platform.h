@@ -132,7 +132,15 @@ void for_each_resident_page_run(std::uintptr_t begin, std::uintptr_t end,
 
 // getenv without malloc: scans the process environment. nullptr if unset.
 const char* get_env(const char* name);
+// Writes text to descriptor 2. Where descriptor 2 is closed, to the duplicate keep_stderr took,
+// if that is still the file descriptor 2 was then (checked with fstat: a program that closes
+// every descriptor may have closed it, and its number may name another file since).
 void write_stderr(const char* text, std::size_t length);
+// Takes a private duplicate of descriptor 2 (close-on-exec, numbered 64 or more, out of the way
+// of the low numbers programs count on), once: the debug layer's reports at exit come after the
+// program's own exit handlers, and many close stderr there (coreutils' close_stdout does), which
+// lost every leak report of such a program. Nothing happens if descriptor 2 is not open.
+void keep_stderr();
 // A log file opened for appending (created 0644 if missing): a descriptor, or -1.
 int open_log_file(const char* path);
 // Writes all of text to fd, retrying short writes and EINTR; gives up silently on an error.

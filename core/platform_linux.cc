@@ -614,21 +614,56 @@ const char* get_env(const char* name) {
   return nullptr;
 }
 
-void write_stderr(const char* text, std::size_t length) { write_fd(2, text, length); }
+namespace {
 
-int open_log_file(const char* path) { return open_nc(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644); }
+// keep_stderr's duplicate (-1: none), and the file it is, for write_stderr's check.
+std::atomic<int> g_kept_stderr{-1};
+std::atomic<std::uint64_t> g_kept_stderr_dev{0};
+std::atomic<std::uint64_t> g_kept_stderr_ino{0};
+constexpr int kKeptStderrLowest = 64;
 
-void write_fd(int fd, const char* text, std::size_t length) {
+// write_fd's loop: 0 once everything is written, else the errno it gave up on.
+int write_all(int fd, const char* text, std::size_t length) {
   while (length > 0) {
     ssize_t w = write_nc(fd, text, length);
     if (w < 0) {
       if (errno == EINTR) continue;
-      return;
+      return errno;
     }
     text += w;
     length -= static_cast<std::size_t>(w);
   }
+  return 0;
 }
+
+}  // namespace
+
+void write_stderr(const char* text, std::size_t length) {
+  if (write_all(2, text, length) != EBADF) return;
+  const int kept = g_kept_stderr.load(std::memory_order_acquire);
+  struct stat st;
+  if (kept < 0 || fstat(kept, &st) != 0 ||
+      static_cast<std::uint64_t>(st.st_dev) != g_kept_stderr_dev.load(std::memory_order_relaxed) ||
+      static_cast<std::uint64_t>(st.st_ino) != g_kept_stderr_ino.load(std::memory_order_relaxed))
+    return;
+  write_all(kept, text, length);
+}
+
+void keep_stderr() {
+  if (g_kept_stderr.load(std::memory_order_acquire) >= 0) return;
+  struct stat st;
+  if (fstat(2, &st) != 0) return;
+  const int fd = static_cast<int>(syscall(SYS_fcntl, 2, F_DUPFD_CLOEXEC, kKeptStderrLowest));
+  if (fd < 0) return;
+  g_kept_stderr_dev.store(static_cast<std::uint64_t>(st.st_dev), std::memory_order_relaxed);
+  g_kept_stderr_ino.store(static_cast<std::uint64_t>(st.st_ino), std::memory_order_relaxed);
+  int none = -1;
+  if (!g_kept_stderr.compare_exchange_strong(none, fd, std::memory_order_acq_rel)) close_nc(fd);
+}
+
+int open_log_file(const char* path) { return open_nc(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644); }
+
+void write_fd(int fd, const char* text, std::size_t length) { write_all(fd, text, length); }
 
 void abort_process() { abort(); }
 

@@ -296,6 +296,7 @@ void init() {
     return;
   }
   process_init();
+  platform::keep_stderr();  // the reports at exit reach the stderr the program started with
   g_stack_depth = static_cast<int>(options::get(options::Id::kDebugStackDepth));
   if (g_stack_depth > 0) {
     stack_trace_init();
