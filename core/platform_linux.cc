@@ -266,6 +266,24 @@ std::size_t resident_bytes(void* p, std::size_t size) {
 
 namespace {
 
+// The file a descriptor that brisk keeps was opened on (device and inode), so that each use can
+// check its number still names that file: the program may close a descriptor it did not open (a
+// daemon closing every descriptor) and get the number back for another file. Recorded before the
+// descriptor is published; two threads recording at once record the same file.
+struct KeptFile {
+  std::atomic<std::uint64_t> dev{0};
+  std::atomic<std::uint64_t> ino{0};
+  void record(const struct stat& st) {
+    dev.store(static_cast<std::uint64_t>(st.st_dev), std::memory_order_relaxed);
+    ino.store(static_cast<std::uint64_t>(st.st_ino), std::memory_order_relaxed);
+  }
+  bool named_by(int fd) const {
+    struct stat st;
+    return fstat(fd, &st) == 0 && static_cast<std::uint64_t>(st.st_dev) == dev.load(std::memory_order_relaxed) &&
+           static_cast<std::uint64_t>(st.st_ino) == ino.load(std::memory_order_relaxed);
+  }
+};
+
 // /proc/self/pagemap of the process that opened it: the pid in the upper half, the descriptor
 // (or kPagemapMissing: no /proc, or a kernel that refuses it) in the lower; 0 until first use.
 // Each use checks the descriptor is still that file (one getpid, one fstat), and opens it again
@@ -278,10 +296,7 @@ namespace {
 // start-up or right after fork, with no other thread allocating.)
 constexpr std::uint32_t kPagemapMissing = 0xFFFFFFFEu;
 std::atomic<std::uint64_t> g_pagemap{0};
-// The file the descriptor was opened on; stored before g_pagemap publishes it. Two threads
-// opening it at once store the same values: it is the same file.
-std::atomic<std::uint64_t> g_pagemap_dev{0};
-std::atomic<std::uint64_t> g_pagemap_ino{0};
+KeptFile g_pagemap_file;  // recorded before g_pagemap publishes the descriptor
 std::atomic<bool> g_pagemap_disabled_for_test{false};
 
 // The descriptor, or -1 if pagemap cannot be read.
@@ -295,10 +310,7 @@ int pagemap_fd() {
     if (seen != 0 && (seen >> 32) == pid) {
       const auto published = static_cast<std::uint32_t>(seen);
       if (published == kPagemapMissing) break;
-      struct stat st;
-      if (fstat(static_cast<int>(published), &st) == 0 &&
-          static_cast<std::uint64_t>(st.st_dev) == g_pagemap_dev.load(std::memory_order_relaxed) &&
-          static_cast<std::uint64_t>(st.st_ino) == g_pagemap_ino.load(std::memory_order_relaxed)) {
+      if (g_pagemap_file.named_by(static_cast<int>(published))) {
         fd = static_cast<int>(published);
         break;
       }
@@ -306,10 +318,7 @@ int pagemap_fd() {
     const int opened = open_nc("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
     struct stat st;
     const bool usable = opened >= 0 && fstat(opened, &st) == 0;
-    if (usable) {
-      g_pagemap_dev.store(static_cast<std::uint64_t>(st.st_dev), std::memory_order_relaxed);
-      g_pagemap_ino.store(static_cast<std::uint64_t>(st.st_ino), std::memory_order_relaxed);
-    }
+    if (usable) g_pagemap_file.record(st);
     const std::uint64_t mine = (std::uint64_t{pid} << 32) | (usable ? static_cast<std::uint32_t>(opened) : kPagemapMissing);
     if (g_pagemap.compare_exchange_strong(seen, mine, std::memory_order_acq_rel)) {
       fd = usable ? opened : -1;
@@ -618,8 +627,7 @@ namespace {
 
 // keep_stderr's duplicate (-1: none), and the file it is, for write_stderr's check.
 std::atomic<int> g_kept_stderr{-1};
-std::atomic<std::uint64_t> g_kept_stderr_dev{0};
-std::atomic<std::uint64_t> g_kept_stderr_ino{0};
+KeptFile g_kept_stderr_file;
 constexpr int kKeptStderrLowest = 64;
 
 // write_fd's loop: 0 once everything is written, else the errno it gave up on.
@@ -641,12 +649,7 @@ int write_all(int fd, const char* text, std::size_t length) {
 void write_stderr(const char* text, std::size_t length) {
   if (write_all(2, text, length) != EBADF) return;
   const int kept = g_kept_stderr.load(std::memory_order_acquire);
-  struct stat st;
-  if (kept < 0 || fstat(kept, &st) != 0 ||
-      static_cast<std::uint64_t>(st.st_dev) != g_kept_stderr_dev.load(std::memory_order_relaxed) ||
-      static_cast<std::uint64_t>(st.st_ino) != g_kept_stderr_ino.load(std::memory_order_relaxed))
-    return;
-  write_all(kept, text, length);
+  if (kept >= 0 && g_kept_stderr_file.named_by(kept)) write_all(kept, text, length);
 }
 
 void keep_stderr() {
@@ -655,8 +658,7 @@ void keep_stderr() {
   if (fstat(2, &st) != 0) return;
   const int fd = static_cast<int>(syscall(SYS_fcntl, 2, F_DUPFD_CLOEXEC, kKeptStderrLowest));
   if (fd < 0) return;
-  g_kept_stderr_dev.store(static_cast<std::uint64_t>(st.st_dev), std::memory_order_relaxed);
-  g_kept_stderr_ino.store(static_cast<std::uint64_t>(st.st_ino), std::memory_order_relaxed);
+  g_kept_stderr_file.record(st);
   int none = -1;
   if (!g_kept_stderr.compare_exchange_strong(none, fd, std::memory_order_acq_rel)) close_nc(fd);
 }
