@@ -16,6 +16,7 @@
 #include <stdio.h>
 
 #include "core/options.h"
+#include "core/platform.h"
 #include "override/entry.h"
 #include "override/stats_print.h"
 
@@ -51,10 +52,16 @@ struct mallinfo2 brisk_mallinfo2() {
 int clamp_to_int(size_t v) { return v > INT_MAX ? INT_MAX : static_cast<int>(v); }
 
 // BRISK_STATS=1|2: the statistics, as a table or JSON, on stderr at exit. Here, in the file
-// every program that links brisk's malloc links.
+// every program that links brisk's malloc links. The table is written to descriptor 2, or, once
+// the program has closed it (coreutils' close_stdout fcloses stderr in an exit handler, before
+// this destructor), to the duplicate kept at load: not through stdio's stderr, which such a
+// program has closed.
+__attribute__((constructor)) void keep_stderr_for_stats() {
+  if (options::get(options::Id::kStats) != 0) platform::keep_stderr();
+}
 __attribute__((destructor)) void print_stats_at_exit() {
   std::int64_t mode = options::get(options::Id::kStats);
-  if (mode != 0) brisk_print_stats(stderr, mode == 2 ? 1 : 0);
+  if (mode != 0) brisk::print_stats_to_stderr(mode == 2 ? 1 : 0);
 }
 
 }  // namespace

@@ -36,6 +36,13 @@ class Printer {
     fd_ = fileno(out_);
     errno = saved;
   }
+  // To descriptor 2 without stdio's stderr (platform::write_stderr: the kept duplicate once the
+  // program has closed it); what the program left in stderr's buffer goes first.
+  Printer() : out_(nullptr), fd_(2), w_(buf_, sizeof buf_) {
+    int saved = errno;
+    fflush(stderr);  // glibc: a no-op on a closed standard stream, which fclose does not free
+    errno = saved;
+  }
   ~Printer() { flush(); }
   brisk::TextWriter& w() { return w_; }
   void end_row() {
@@ -72,7 +79,9 @@ class Printer {
   void flush() {
     std::size_t n = w_.finish();
     if (n != 0) {
-      if (fd_ >= 0) {
+      if (fd_ == 2) {
+        brisk::platform::write_stderr(buf_, n);
+      } else if (fd_ >= 0) {
         brisk::platform::write_fd(fd_, buf_, n);
       } else {
         fwrite(buf_, 1, n, out_);  // a stream without a descriptor (fmemopen, open_memstream)
@@ -238,10 +247,8 @@ void print_json(Printer& p, const brisk_stats& s, const brisk_class_stats* class
   p.end_row();
 }
 
-}  // namespace
-
-extern "C" BRISK_EXPORT void brisk_print_stats(FILE* out, int json) {
-  if (out == nullptr) return;
+// brisk_print_stats' body, for either kind of Printer.
+void print_stats(Printer& p, int json) {
   brisk_stats s;
   brisk_get_stats(&s);
   brisk_class_stats classes[BRISK_SIZE_CLASSES];
@@ -251,7 +258,6 @@ extern "C" BRISK_EXPORT void brisk_print_stats(FILE* out, int json) {
   std::size_t shown = thread_count < kMaxThreadsShown ? thread_count : kMaxThreadsShown;
   brisk_lock_stats locks[BRISK_LOCK_STRUCTURES];
   brisk_get_lock_stats(locks, BRISK_LOCK_STRUCTURES);
-  Printer p(out);
   if (json != 0) {
     print_json(p, s, classes, threads, shown, thread_count, locks);
   } else {
@@ -259,7 +265,20 @@ extern "C" BRISK_EXPORT void brisk_print_stats(FILE* out, int json) {
   }
 }
 
+}  // namespace
+
+extern "C" BRISK_EXPORT void brisk_print_stats(FILE* out, int json) {
+  if (out == nullptr) return;
+  Printer p(out);
+  print_stats(p, json);
+}
+
 namespace brisk {
+
+void print_stats_to_stderr(int json) {
+  Printer p;
+  print_stats(p, json);
+}
 
 void print_malloc_info(FILE* out) {
   brisk_stats s;

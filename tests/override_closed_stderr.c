@@ -1,6 +1,6 @@
 /* A program that closes stderr before it exits, as coreutils' close_stdout does: debug mode's
- * leak report, which runs after the program's exit handlers, must still reach the stderr the
- * program started with (tests/closed_stderr.sh). It keeps one block of 100 bytes live to the end,
+ * leak report and BRISK_STATS's table, which run after the program's exit handlers, must still
+ * reach the stderr the program started with (tests/closed_stderr.sh). It keeps one block of 100 bytes live to the end,
  * which BRISK_DEBUG_LEAKS=2 lists with every other live block. */
 #include <stdio.h>
 #include <stdlib.h>
