@@ -292,6 +292,11 @@ Strategy strategy() {
   return static_cast<Strategy>(s);
 }
 
+void read_environment() {
+  for (unsigned i = 0; i < kOptionCount; ++i) env_value(i);
+  strategy();
+}
+
 void set_strategy(Strategy s) {
   g_strategy.store(static_cast<int>(s), std::memory_order_relaxed);
   drop_kept_values();

@@ -79,4 +79,10 @@ inline std::uint32_t strategy_epoch() { return g_epoch.load(std::memory_order_ac
 // table test and brisk-stress's report.
 std::int64_t get_for(Id id, Strategy s);
 
+// Reads every BRISK_* variable of the table and BRISK_STRATEGY now, reporting each invalid one on
+// stderr, rather than at the first use of its lever (which may come late, or never). The entry
+// layer calls it at load; brisk_core leaves the variables to be read on first use, so a unit
+// test may still set one before it reads it.
+void read_environment();
+
 }  // namespace brisk::options

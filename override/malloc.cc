@@ -51,12 +51,14 @@ struct mallinfo2 brisk_mallinfo2() {
 
 int clamp_to_int(size_t v) { return v > INT_MAX ? INT_MAX : static_cast<int>(v); }
 
-// BRISK_STATS=1|2: the statistics, as a table or JSON, on stderr at exit. Here, in the file
-// every program that links brisk's malloc links. The table is written to descriptor 2, or, once
-// the program has closed it (coreutils' close_stdout fcloses stderr in an exit handler, before
-// this destructor), to the duplicate kept at load: not through stdio's stderr, which such a
-// program has closed.
-__attribute__((constructor)) void keep_stderr_for_stats() {
+// At load, in the file every program that links brisk's malloc links: every BRISK_* variable is
+// read, so that an invalid one is reported at start-up (BRISK_LARGE_CACHE_BYTES=1q in a program
+// that never frees a large block was never reported). Then, for BRISK_STATS=1|2 (the statistics,
+// as a table or JSON, on stderr at exit), the duplicate of descriptor 2 the table is written to
+// once the program has closed it: coreutils' close_stdout fcloses stderr in an exit handler,
+// before the destructor below, which therefore writes to the descriptor, not through stdio.
+__attribute__((constructor)) void read_options_at_load() {
+  options::read_environment();
   if (options::get(options::Id::kStats) != 0) platform::keep_stderr();
 }
 __attribute__((destructor)) void print_stats_at_exit() {
