@@ -6,6 +6,11 @@
 #       Not registered in sanitizer builds.
 #   brisk_add_stress_smoke(NAME COMMAND cmd args... [ENVIRONMENT K=V...])   label "stress".
 #       Not registered in sanitizer builds.
+# FAIL_REGULAR_EXPRESSION of a ctest entry that runs one gtest test under the environment it
+# needs, and skips without: gtest's marks of a skipped test and of a filter that matched nothing,
+# so that a renamed variable or test cannot leave the entry passing with nothing run.
+set(BRISK_MUST_RUN "SKIPPED;Running 0 tests")
+
 function(brisk_add_unit_test name)
   cmake_parse_arguments(A "" "TIMEOUT" "SOURCES;LIBS" ${ARGN})
   add_executable(${name} ${A_SOURCES})
