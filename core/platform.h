@@ -130,7 +130,12 @@ bool for_each_mapping(MappingVisitor visit, void* context);
 void for_each_resident_page_run(std::uintptr_t begin, std::uintptr_t end,
                                 void (*visit)(std::uintptr_t begin, std::uintptr_t end, void* context), void* context);
 
-// getenv without malloc: scans the process environment. nullptr if unset.
+// getenv without malloc: scans the process environment. nullptr if unset, and for every name
+// when the kernel started the process in secure-execution mode (AT_SECURE: a set-user-ID or
+// set-group-ID program, or one that gained file capabilities): its environment is then the
+// invoking user's while its privileges are not, so brisk reads no BRISK_* variable in it, as
+// glibc ignores MALLOC_CHECK_ there (BRISK_DEBUG_LOG would have such a program append its
+// reports to any file the user names).
 const char* get_env(const char* name);
 // Writes text to descriptor 2. Where descriptor 2 is closed, to the duplicate keep_stderr took,
 // if that is still the file descriptor 2 was then (checked with fstat: a program that closes

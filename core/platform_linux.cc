@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -614,8 +615,22 @@ bool for_each_mapping(MappingVisitor visit, void* context) {
   return true;
 }
 
+namespace {
+// 0: not asked yet, 1: no, 2: yes. getauxval allocates nothing, so it may run in the first malloc.
+std::atomic<int> g_secure_execution{0};
+
+bool secure_execution() {
+  int s = g_secure_execution.load(std::memory_order_relaxed);
+  if (s == 0) {
+    s = getauxval(AT_SECURE) != 0 ? 2 : 1;
+    g_secure_execution.store(s, std::memory_order_relaxed);
+  }
+  return s == 2;
+}
+}  // namespace
+
 const char* get_env(const char* name) {
-  if (environ == nullptr) return nullptr;
+  if (environ == nullptr || secure_execution()) return nullptr;
   std::size_t n = strlen(name);
   for (char** e = environ; *e != nullptr; ++e) {
     if (strncmp(*e, name, n) == 0 && (*e)[n] == '=') return *e + n + 1;
