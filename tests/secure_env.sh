@@ -8,7 +8,9 @@
 #   secure_env.sh PROGRAM      PROGRAM: override_secure_env
 set -euo pipefail
 prog=$1
-dir=$(mktemp -d)
+# In the directory ctest runs it from (the build tree) rather than /tmp, which hardened systems
+# mount nosuid.
+dir=$(mktemp -d -p "$PWD" secure_env.XXXXXX)
 trap 'rm -rf "$dir"' EXIT
 [ "$(id -u)" = 0 ] || { echo "SKIP: needs root to make a set-group-ID program"; exit 77; }
 cp "$prog" "$dir/plain"
