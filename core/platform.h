@@ -142,9 +142,10 @@ const char* get_env(const char* name);
 // every descriptor may have closed it, and its number may name another file since).
 void write_stderr(const char* text, std::size_t length);
 // Takes a private duplicate of descriptor 2 (close-on-exec, numbered 64 or more, out of the way
-// of the low numbers programs count on), once: the debug layer's reports at exit come after the
-// program's own exit handlers, and many close stderr there (coreutils' close_stdout does), which
-// lost every leak report of such a program. Nothing happens if descriptor 2 is not open.
+// of the low numbers programs count on), once: the debug layer's reports and BRISK_STATS's table
+// at exit come after the program's own exit handlers, and many close stderr there (coreutils'
+// close_stdout does), which lost them for such a program. Taken when debug mode starts and, with
+// BRISK_STATS set, at load. Nothing happens if descriptor 2 is not open.
 void keep_stderr();
 // A log file opened for appending (created 0644 if missing): a descriptor, or -1.
 int open_log_file(const char* path);
