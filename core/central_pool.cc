@@ -1,5 +1,6 @@
 #include "core/central_pool.h"
 
+#include "core/span_holes.h"
 #include "core/stats.h"
 
 namespace brisk {
@@ -21,6 +22,8 @@ Span* central_take(unsigned c, Heap* new_owner) {
     pool.remove_kept(s);
   }
   BRISK_ASSERT(s->kind == SpanKind::kSmall && s->size_class == c && s->has_room());
+  // Before it has an owner, whose frees would not look for holes (core/span_holes.h).
+  if (s->hole_pages != 0) span_fill_holes(s);
   s->owner.store(new_owner, std::memory_order_release);
   stats::add(&stats::Stripe::spans_orphaned, -1);
   return s;

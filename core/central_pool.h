@@ -85,8 +85,9 @@ inline unsigned central_index(const Span* s) {
 }
 
 // Takes a span with room from the pool of class c and makes new_owner its owner: an orphan with
-// free blocks first (its room is memory already in use), else the kept empty span that went
-// there last (uncarved: the taker carves it again, over pages that are still resident).
+// free blocks first (its room is memory already in use; holes brisk_trim made in it are filled
+// first, core/span_holes.h), else the kept empty span that went there last (uncarved: the
+// taker carves it again, over pages that are still resident).
 Span* central_take(unsigned c, Heap* new_owner);
 
 void central_locks_acquire();

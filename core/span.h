@@ -82,6 +82,13 @@ struct alignas(BRISK_CACHELINE) Span {
   bool stays_when_empty = false;
   std::uint32_t kept_ms = 0;
   std::uint32_t kept_bytes = 0;
+  // OS pages of the carved part (bit i: the span's i-th, 64 at most) that brisk_trim gave back
+  // while the span kept a live block (core/span_holes.h): every block touching one is free and
+  // off the free list, and reads as zeros there. Nonzero only while no heap owns the span (an
+  // orphan in its central pool), so that every free into it takes the orphan queue, which
+  // reports a free of a block in a hole as a double free; the heap that takes it fills the holes
+  // first (central_take). Under the pool's lock; the statistics reader reads it (load_shared).
+  std::uint64_t hole_pages = 0;
   // Line 1, the owner's: written by its every malloc and free into the span (free, used) and by
   // its list operations. Apart from line 0, so that a thread freeing a block of the span remotely
   // reads a line the owner's fast paths do not keep taking back.
@@ -121,7 +128,7 @@ struct alignas(BRISK_CACHELINE) Span {
   // past it, the block was never handed out (slow paths; free_fast tests both at once).
   bool in_carved_part(std::uintptr_t a) const { return a - reinterpret_cast<std::uintptr_t>(start) < carved_bytes(); }
   bool fully_carved() const { return carved_bytes() + block_size > span_bytes; }
-  bool has_room() const { return free != nullptr || !fully_carved(); }
+  bool has_room() const { return free != nullptr || !fully_carved() || hole_pages != 0; }
   // True if `offset` (an address minus start, wrapping below start) is the start of a carved
   // block: a multiple m * block_size with m < carved_blocks. One multiply and a rotate, the
   // divisibility test of Granlund and Montgomery ("Division by invariant integers using

@@ -101,7 +101,9 @@ void visit_chunk(Chunk* c, void* context) {
     std::uint64_t carved = load_shared(s.carved_blocks);
     if (carved > info.capacity) carved = info.capacity;  // read while it changed
     const std::uint64_t carved_end = round_to_os_page(carved * info.size);
-    t.resident_estimate += carved_end;
+    // Less the pages brisk_trim gave back inside it (core/span_holes.h), all in the carved part.
+    const std::uint64_t holes = std::uint64_t{count_bits(load_shared(s.hole_pages))} * kOsPageSize;
+    t.resident_estimate += carved_end > holes ? carved_end - holes : 0;
     for (std::uint64_t m = load_shared(s.resident_pages); m != 0; m &= m - 1) {
       const std::uint64_t page = static_cast<std::uint64_t>(__builtin_ctzll(m)) << kPageShift;
       const std::uint64_t page_end = page + kPageSize;

@@ -11,6 +11,7 @@
 #include "core/options.h"
 #include "core/platform.h"
 #include "core/report.h"
+#include "core/span_holes.h"
 #include "core/stats.h"
 #include "threadcache/remote_free.h"
 #include "threadcache/span_pages.h"
@@ -24,6 +25,17 @@ void orphan_span(Span* s) {
   s->owner.store(&g_orphan_heap, std::memory_order_release);
   if (s->kind == SpanKind::kSmall && s->has_room()) pool.push(s);
   stats::add(&stats::Stripe::spans_orphaned, 1);
+}
+std::size_t punch_orphan_holes() {
+  std::size_t bytes = 0;
+  for (unsigned c = 0; c < kNumClasses; ++c) {
+    CentralPool& pool = g_central[c];
+    if (!pool.nonempty.load(std::memory_order_relaxed)) continue;
+    LockGuard g(pool.lock);
+    for (Span* s = pool.available.head; s != nullptr; s = s->next)
+      if (s->used != 0) bytes += span_punch_holes(s);
+  }
+  return bytes;
 }
 bool kept_span_fits(const Span* s) {
   if (s->carved_blocks == 0) return false;  // never carved: nothing resident to keep
@@ -127,6 +139,7 @@ void keep_empty_span(Span* s) {
   store_shared(s->resident_pages, static_cast<std::uint8_t>(s->resident_pages | ((1u << carved_pages) - 1)));
   s->free = nullptr;
   store_shared(s->carved_blocks, 0u);
+  store_shared(s->hole_pages, std::uint64_t{0});  // uncarved: carving writes those pages again
   s->kept_bytes = static_cast<std::uint32_t>(bytes);
   const std::uint64_t now = platform::now_ms();
   s->kept_ms = static_cast<std::uint32_t>(now);
@@ -223,8 +236,10 @@ bool adopt_orphan_span(Heap* h, Span* s) {
   {
     LockGuard g(pool.lock);
     // A kept span has no live block: the free is invalid, and the orphan queue's drain reports
-    // it (process_orphan_block: never handed out), the span left on its list.
-    if (s->owner.load(std::memory_order_relaxed) != &g_orphan_heap || s->kept) return false;
+    // it (process_orphan_block: never handed out), the span left on its list. A span with holes
+    // (core/span_holes.h) stays an orphan until a heap short of its class takes it: its frees
+    // go through the drain, which knows a block in a hole from a live one.
+    if (s->owner.load(std::memory_order_relaxed) != &g_orphan_heap || s->kept || s->hole_pages != 0) return false;
     if (s->listed) pool.remove(s);
     s->owner.store(h, std::memory_order_release);
     stats::add(&stats::Stripe::spans_orphaned, -1);
@@ -252,6 +267,10 @@ std::size_t process_orphan_block(Block* b) {
     if (owner == &g_orphan_heap) {
       if (!s->in_carved_part(a))
         fatal_pointer_error("invalid free of", b, "never handed out");  // aborts under the lock
+      // Free since brisk_trim gave its page back, and never handed out again (its key went with
+      // the page, so the freeing thread's key exchange could not tell).
+      if (span_block_in_hole(s, a))
+        fatal_pointer_error("double free of", b, "freed again after brisk_trim gave its page back");
       Block* old = s->free;
       set_link(b, old);
       s->free = b;

@@ -8,6 +8,7 @@
 #include "threadcache/heap.h"
 #include "threadcache/medium.h"
 #include "threadcache/orphans.h"
+#include "threadcache/span_pages.h"
 
 namespace brisk {
 
@@ -40,7 +41,9 @@ std::size_t thread_collect() {
 // given back as the background thread does for idle heaps (reclaim_queued_frees; sound whatever
 // the owner is doing), and so are the pages of their installed spans that hold no live block
 // (purge in place, background.cc). Other free blocks in their spans are left alone: their
-// owners use them without a lock. The sweep takes every chunk's free pages (chunk_purge_all).
+// owners use them without a lock. Whole OS pages of free blocks in spans that keep a live block
+// go back too, in the calling thread's spans and the orphans' (core/span_holes.h). The sweep
+// takes every chunk's free pages (chunk_purge_all).
 std::size_t process_trim() {
   heap_reap_exited();  // heaps left attached by threads that are gone, then their memory
   std::size_t bytes = thread_collect();
@@ -60,6 +63,14 @@ std::size_t process_trim() {
   // the central pool (the span keep), which may empty such spans now.
   drain_orphans();
   release_kept_spans(0, 0, true);  // to their chunks: the sweep counts their pages
+  // Then the free blocks that share their spans with live ones: whole OS pages of them go back
+  // (core/span_holes.h), in the orphans' spans and in the calling thread's, which become
+  // orphans. Other threads' spans are on their owners' lock-free fast paths.
+  bytes += punch_orphan_holes();
+  if (Heap* h = t_heap; heap_is_attached(h)) {
+    HeapSlowLock lock(h);
+    bytes += heap_punch_holes(h);
+  }
   bytes += chunk_purge_all();
   chunk_destroy_empty_abandoned();  // to the chunk cache, which goes next
   return bytes + chunk_cache_flush();

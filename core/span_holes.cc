@@ -1,0 +1,142 @@
+// Span holes. See span_holes.h.
+#include "core/span_holes.h"
+
+#include <algorithm>
+#include <bit>
+
+#include "core/assert.h"
+#include "core/chunk.h"
+#include "core/config.h"
+#include "core/free_key.h"
+#include "core/platform.h"
+#include "core/report.h"
+
+namespace brisk {
+
+namespace {
+
+constexpr std::size_t kMaxSpanBlocks = kMaxSmallSpanPages * kPageSize / kMinAlign;
+constexpr unsigned kMaxSpanOsPages = kMaxSmallSpanPages * kPageSize / kOsPageSize;
+static_assert(kMaxSpanOsPages <= 64, "Span::hole_pages has a bit for each OS page of a small span");
+
+// The OS pages (bit i: the span's i-th) that block j of s touches.
+std::uint64_t pages_of_block(const Span* s, std::uint64_t j) {
+  const std::uint64_t from = j * s->block_size;
+  const std::uint64_t last = from + s->block_size - 1;
+  const auto first = static_cast<unsigned>(from / kOsPageSize);
+  return run_mask(first, static_cast<unsigned>(last / kOsPageSize) + 1 - first);
+}
+
+// The index of the block at a, a block start of s (is_carved_block: the same product).
+std::uint64_t block_index(const Span* s, std::uintptr_t a) {
+  return std::rotr((a - reinterpret_cast<std::uintptr_t>(s->start)) * s->inverse, s->shift);
+}
+
+// One bit per block of a span: 2 KiB on the stack at most (16-byte blocks in 256 KiB).
+struct BlockBits {
+  std::uint64_t words[kMaxSpanBlocks / 64] = {};
+  bool test(std::uint64_t j) const { return (words[j / 64] >> (j % 64) & 1) != 0; }
+  void set(std::uint64_t j) { words[j / 64] |= std::uint64_t{1} << (j % 64); }
+  bool all(std::uint64_t from, std::uint64_t to) const {  // [from, to]
+    for (std::uint64_t j = from; j <= to; ++j)
+      if (!test(j)) return false;
+    return true;
+  }
+};
+
+Block* next_of(const Block* b) { return reinterpret_cast<Block*>(decoded_link(b)); }
+
+}  // namespace
+
+std::size_t span_punch_holes(Span* s) {
+  BRISK_ASSERT(s->kind == SpanKind::kSmall && s->used > 0);
+  // Candidates: the OS pages wholly inside the carved part (carving may still cut blocks in
+  // the page where it stopped), not holes already.
+  const unsigned whole_pages = static_cast<unsigned>(s->carved_bytes() / kOsPageSize);
+  const std::uint64_t candidates = run_mask(0, whole_pages) & ~s->hole_pages;
+  if (candidates == 0 || s->free == nullptr) return 0;
+  const std::uint64_t n = s->carved_blocks;
+  const std::uint64_t bs = s->block_size;
+
+  // Which blocks are free: those on the list, checked as alloc_small would trust them (a
+  // carved block of this span, each seen once), and those touching a hole made earlier.
+  BlockBits free_blocks;
+  for (Block* b = s->free; b != nullptr; b = next_of(b)) {
+    auto a = reinterpret_cast<std::uintptr_t>(b);
+    if (!s->is_carved_block(a - reinterpret_cast<std::uintptr_t>(s->start)))
+      fatal_pointer_error("damaged free list: brisk_trim found the link", b, "not a free block of its span");
+    const std::uint64_t j = block_index(s, a);
+    if (free_blocks.test(j)) fatal_pointer_error("damaged free list: brisk_trim found", b, "twice on its span's list");
+    free_blocks.set(j);
+  }
+  for (std::uint64_t m = s->hole_pages; m != 0; m &= m - 1) {
+    const auto page = static_cast<std::uint64_t>(std::countr_zero(m));
+    const std::uint64_t last = std::min(n - 1, ((page + 1) * kOsPageSize - 1) / bs);
+    for (std::uint64_t j = page * kOsPageSize / bs; j <= last; ++j) free_blocks.set(j);
+  }
+
+  std::uint64_t holes = 0;
+  for (std::uint64_t m = candidates; m != 0; m &= m - 1) {
+    const auto page = static_cast<std::uint64_t>(std::countr_zero(m));
+    // Wholly carved, so its last byte's block is below n.
+    if (free_blocks.all(page * kOsPageSize / bs, ((page + 1) * kOsPageSize - 1) / bs)) holes |= std::uint64_t{1} << page;
+  }
+  if (holes == 0) return 0;
+
+  // The list without the blocks touching a hole, in its order. Only blocks away from every hole
+  // are written.
+  const std::uint64_t all_holes = s->hole_pages | holes;
+  Block* head = nullptr;
+  Block* tail = nullptr;
+  for (Block* b = s->free; b != nullptr;) {
+    Block* next = next_of(b);
+    if ((pages_of_block(s, block_index(s, reinterpret_cast<std::uintptr_t>(b))) & all_holes) == 0) {
+      if (tail != nullptr) set_link(tail, b); else head = b;
+      tail = b;
+    }
+    b = next;
+  }
+  if (tail != nullptr) set_link(tail, nullptr);
+  store_shared(s->free, head);
+
+  // Each run of hole pages in one range, all in one system call where the kernel batches them.
+  platform::PageRange ranges[kMaxSpanOsPages / 2];
+  std::size_t count = 0;
+  for_each_bit_run(holes, [&](unsigned first, unsigned n) {
+    ranges[count++] = platform::PageRange{s->start + std::size_t{first} * kOsPageSize, std::size_t{n} * kOsPageSize};
+  });
+  platform::decommit_all(ranges, count);
+  store_shared(s->hole_pages, all_holes);
+  return std::size_t{count_bits(holes)} * kOsPageSize;
+}
+
+void span_fill_holes(Span* s) {
+  const std::uint64_t holes = s->hole_pages;
+  BRISK_ASSERT(s->kind == SpanKind::kSmall && holes != 0);
+  const std::uint64_t bs = s->block_size;
+  // Pushed from the last block down, so that the list starts with them in address order.
+  Block* head = s->free;
+  for (std::uint64_t j = s->carved_blocks; j-- > 0;) {
+    if ((pages_of_block(s, j) & holes) == 0) continue;
+    char* p = s->start + j * bs;
+    auto* b = reinterpret_cast<Block*>(p);
+    // A block's first 16 bytes lie in one OS page. In a hole they read zero unless something
+    // wrote them since the page went back: a free's key exchange (free_release_slow), which
+    // found no key to match, or a write after free.
+    const bool header_in_hole = (holes >> (j * bs / kOsPageSize) & 1) != 0;
+    if (header_in_hole && (b->link != 0 || b->key != 0))
+      fatal_pointer_error("double free of", b, "freed again after brisk_trim gave its page back, or written after its free");
+    const FreeCode code = free_code(reinterpret_cast<std::uintptr_t>(p));
+    set_link(b, head, code.link_mask);
+    b->key = code.key;
+    head = b;
+  }
+  store_shared(s->free, head);
+  store_shared(s->hole_pages, std::uint64_t{0});
+}
+
+bool span_block_in_hole(const Span* s, std::uintptr_t a) {
+  return s->hole_pages != 0 && (pages_of_block(s, block_index(s, a)) & s->hole_pages) != 0;
+}
+
+}  // namespace brisk
