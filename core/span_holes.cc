@@ -32,14 +32,22 @@ std::uint64_t block_index(const Span* s, std::uintptr_t a) {
   return std::rotr((a - reinterpret_cast<std::uintptr_t>(s->start)) * s->inverse, s->shift);
 }
 
-// One bit per block of a span: 2 KiB on the stack at most (16-byte blocks in 256 KiB).
+// One bit per block of a span: 2 KiB on the stack at most (16-byte blocks in 256 KiB), of
+// which only the words for its n blocks are cleared.
 struct BlockBits {
-  std::uint64_t words[kMaxSpanBlocks / 64] = {};
+  std::uint64_t words[kMaxSpanBlocks / 64];
+  explicit BlockBits(std::uint64_t n) {
+    for (std::uint64_t w = 0; w < (n + 63) / 64; ++w) words[w] = 0;
+  }
   bool test(std::uint64_t j) const { return (words[j / 64] >> (j % 64) & 1) != 0; }
   void set(std::uint64_t j) { words[j / 64] |= std::uint64_t{1} << (j % 64); }
-  bool all(std::uint64_t from, std::uint64_t to) const {  // [from, to]
-    for (std::uint64_t j = from; j <= to; ++j)
-      if (!test(j)) return false;
+  bool all(std::uint64_t from, std::uint64_t to) const {  // [from, to], a word at a time
+    for (std::uint64_t w = from / 64; w <= to / 64; ++w) {
+      const unsigned lo = w == from / 64 ? static_cast<unsigned>(from % 64) : 0;
+      const unsigned hi = w == to / 64 ? static_cast<unsigned>(to % 64) : 63;
+      const std::uint64_t want = run_mask(lo, hi - lo + 1);
+      if ((words[w] & want) != want) return false;
+    }
     return true;
   }
 };
@@ -60,7 +68,10 @@ std::size_t span_punch_holes(Span* s) {
 
   // Which blocks are free: those on the list, checked as alloc_small would trust them (a
   // carved block of this span, each seen once), and those touching a hole made earlier.
-  BlockBits free_blocks;
+  // Not enough free room for one page: nothing to walk. (carved - used counts the free blocks
+  // queued to other heaps too, so it bounds the listed ones from above.)
+  if ((n - std::min<std::uint64_t>(n, s->used)) * bs < kOsPageSize) return 0;
+  BlockBits free_blocks(n);
   for (Block* b = s->free; b != nullptr; b = next_of(b)) {
     auto a = reinterpret_cast<std::uintptr_t>(b);
     if (!s->is_carved_block(a - reinterpret_cast<std::uintptr_t>(s->start)))
@@ -114,23 +125,33 @@ void span_fill_holes(Span* s) {
   const std::uint64_t holes = s->hole_pages;
   BRISK_ASSERT(s->kind == SpanKind::kSmall && holes != 0);
   const std::uint64_t bs = s->block_size;
-  // Pushed from the last block down, so that the list starts with them in address order.
-  Block* head = s->free;
-  for (std::uint64_t j = s->carved_blocks; j-- > 0;) {
-    if ((pages_of_block(s, j) & holes) == 0) continue;
-    char* p = s->start + j * bs;
-    auto* b = reinterpret_cast<Block*>(p);
-    // A block's first 16 bytes lie in one OS page. In a hole they read zero unless something
-    // wrote them since the page went back: a free's key exchange (free_release_slow), which
-    // found no key to match, or a write after free.
-    const bool header_in_hole = (holes >> (j * bs / kOsPageSize) & 1) != 0;
-    if (header_in_hole && (b->link != 0 || b->key != 0))
-      fatal_pointer_error("double free of", b, "freed again after brisk_trim gave its page back, or written after its free");
-    const FreeCode code = free_code(reinterpret_cast<std::uintptr_t>(p));
-    set_link(b, head, code.link_mask);
-    b->key = code.key;
-    head = b;
-  }
+  const std::uint64_t n = s->carved_blocks;
+  // A block's first 16 bytes lie in one OS page. In a hole they read zero unless something
+  // touched the page since it went back: a free's key exchange (free_release_slow), which found
+  // no key to match, or a write after free. Only a hole page that is resident again can hold
+  // such a write, and only there are the blocks read: reading a page that is not resident would
+  // map the zero page, and the write below fault again to copy it.
+  const std::uint64_t touched = holes & platform::resident_page_mask(s->start, 64 - static_cast<unsigned>(std::countl_zero(holes)));
+  // In address order, appended behind one another, the old list after them. Blocks of more
+  // than a page can touch two runs of holes: each is taken once (next).
+  Block* head = nullptr;
+  Block* tail = nullptr;
+  std::uint64_t next = 0;
+  for_each_bit_run(holes, [&](unsigned first, unsigned pages) {
+    const std::uint64_t last = std::min(n - 1, ((std::uint64_t{first} + pages) * kOsPageSize - 1) / bs);
+    for (std::uint64_t j = std::max(next, std::uint64_t{first} * kOsPageSize / bs); j <= last; ++j) {
+      char* p = s->start + j * bs;
+      auto* b = reinterpret_cast<Block*>(p);
+      if ((touched >> (j * bs / kOsPageSize) & 1) != 0 && (b->link != 0 || b->key != 0))
+        fatal_pointer_error("double free of", b, "freed again after brisk_trim gave its page back, or written after its free");
+      const FreeCode code = free_code(reinterpret_cast<std::uintptr_t>(p));
+      if (tail != nullptr) set_link(tail, b); else head = b;
+      b->key = code.key;
+      tail = b;
+    }
+    next = last + 1;
+  });
+  set_link(tail, s->free);
   store_shared(s->free, head);
   store_shared(s->hole_pages, std::uint64_t{0});
 }
