@@ -70,7 +70,10 @@ struct alignas(BRISK_CACHELINE) Span {
   // An emptied small span kept whole by its class's central pool for the class's next span
   // (threadcache/orphans.cc, keep_empty_span): on that pool's kept list; when it went there
   // (platform::now_ms, its low 32 bits); the bytes its blocks may have written, which the
-  // pools' budget counts. Under the pool's lock. Here, on the read-mostly line, since no thread
+  // pools' budget counts. Under the pool's lock. kept_ms of an orphan with live blocks: when it
+  // last changed (orphaned, or a block came back to it), never 0, or 0 once brisk has made its
+  // holes since (core/span_holes.h; the background pass makes them in orphans unchanged for a
+  // purge delay, threadcache/orphans.h). Here, on the read-mostly line, since no thread
   // uses a kept span: the line's readers are remote freers, and a kept span has no live block.
   bool kept = false;
   // The owner's current span of its class, which it keeps installed when its last block comes

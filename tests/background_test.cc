@@ -107,6 +107,48 @@ TEST_F(Background, FreePagesOfExitedThreadsChunksAreReturned) {
   for (void* p : kept) brisk_free(p);
 }
 
+// Exited threads' spans keep one block in 97 live: orphans in the central pools whose free
+// pages between live blocks no chunk decay can reach (they are inside spans). Once nothing has
+// come back to them for a purge delay, the pass makes holes there (core/span_holes.h), with no
+// call from the program; then the blocks are intact, and freed and allocated again.
+TEST_F(Background, TheFreePagesAmongLiveBlocksOfExitedThreadsSpansAreReturned) {
+  Passes(3, 1000);
+  constexpr std::size_t kSize = 128;
+  std::vector<void*> blocks[2];
+  std::vector<bool> kept[2];
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t)
+    threads.emplace_back([&, t] { blocks[t] = AllocateAndKeepOneIn97(kSize, std::size_t{8} << 20, &kept[t]); });
+  for (auto& t : threads) t.join();
+  std::vector<std::uintptr_t> pages;
+  for (int t = 0; t < 2; ++t) {
+    std::vector<std::uintptr_t> p = FreeOnlyPages(blocks[t], kept[t], kSize);
+    pages.insert(pages.end(), p.begin(), p.end());
+  }
+  const std::size_t resident = ResidentPages(pages);
+  ASSERT_GE(resident, pages.size() * 4096 / 2) << "the premise: the freed blocks' pages are resident";
+  const std::size_t returned = Passes(2, 1000);
+  const std::size_t after = ResidentPages(pages);
+  EXPECT_LT(after, resident / 8) << resident << " -> " << after;
+  EXPECT_GE(returned, (resident - after) / 2);
+  for (int t = 0; t < 2; ++t) {
+    for (std::size_t i = 0; i < blocks[t].size(); ++i) {
+      if (!kept[t][i]) continue;
+      EXPECT_TRUE(Verify(blocks[t][i], kSize, i));
+      brisk_free(blocks[t][i]);
+    }
+  }
+  std::vector<void*> again;
+  for (std::size_t i = 0; i < blocks[0].size(); ++i) {
+    again.push_back(brisk_malloc(kSize));
+    Fill(again.back(), kSize, i);
+  }
+  for (std::size_t i = 0; i < again.size(); ++i) {
+    EXPECT_TRUE(Verify(again[i], kSize, i));
+    brisk_free(again[i]);
+  }
+}
+
 // A worker allocates kBytes in 1 KiB blocks, another thread frees them all (remote frees,
 // queued to the worker), and the worker stays alive without allocating again until destroyed.
 struct IdleWorkerWithQueuedFrees {

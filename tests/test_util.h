@@ -12,11 +12,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <thread>
 #include <vector>
 
@@ -252,6 +255,48 @@ std::vector<size_t> KeepOneBlockPerChunk(const std::vector<void*>& blocks, Free 
     }
   }
   return kept;
+}
+
+// The OS pages that hold a byte of a freed block and none of a kept one.
+inline std::vector<uintptr_t> FreeOnlyPages(const std::vector<void*>& blocks, const std::vector<bool>& kept, size_t size) {
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  std::vector<uintptr_t> live, freed;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    auto a = reinterpret_cast<uintptr_t>(blocks[i]);
+    for (uintptr_t p = a & ~(page - 1); p < a + size; p += page) (kept[i] ? live : freed).push_back(p);
+  }
+  std::sort(live.begin(), live.end());
+  std::sort(freed.begin(), freed.end());
+  freed.erase(std::unique(freed.begin(), freed.end()), freed.end());
+  std::vector<uintptr_t> only;
+  std::set_difference(freed.begin(), freed.end(), live.begin(), live.end(), std::back_inserter(only));
+  return only;
+}
+inline size_t ResidentPages(const std::vector<uintptr_t>& pages) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  size_t bytes = 0;
+  for (uintptr_t p : pages) {
+    unsigned char v = 0;
+    if (mincore(reinterpret_cast<void*>(p), page, &v) == 0 && (v & 1) != 0) bytes += page;
+  }
+  return bytes;
+}
+
+// One block in 97 kept, the others freed: nearly every span keeps a live block, so neither a
+// released span nor a chunk's free pages give anything back; the pages between live blocks
+// are what remains to return (core/span_holes.h). Returns the blocks; kept[i] for those still live.
+inline std::vector<void*> AllocateAndKeepOneIn97(size_t size, size_t total, std::vector<bool>* kept) {
+  std::vector<void*> blocks(total / size);
+  kept->assign(blocks.size(), false);
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    blocks[i] = brisk_malloc(size);
+    if (blocks[i] == nullptr) std::abort();
+    Fill(blocks[i], size, i);
+  }
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (i % 97 == 0) (*kept)[i] = true; else brisk_free(blocks[i]);
+  }
+  return blocks;
 }
 
 }  // namespace brisk_test

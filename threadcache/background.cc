@@ -432,6 +432,10 @@ std::uint64_t background_pass(std::uint64_t now) {
   chunk_destroy_empty_abandoned();
   bool pending = true;
   if (now - g_last_decay_ms >= delay) {
+    // The free pages among live blocks in orphan spans (exited threads' spans, and spans busy
+    // threads shed), once nothing came back to them for a purge delay: no thread's lock-free
+    // path uses an orphan, and the next thread short of the class faults them in again.
+    bytes += punch_orphan_holes(now, delay);
     // Chunks of idle heaps and abandoned chunks (no page owner) only.
     bytes += chunk_decay_all(&pending, options::get(options::Id::kPurgeAdvice) == 1,
                              [](const Heap* owner) { return owner == nullptr || owner->idle; });

@@ -18,22 +18,38 @@
 
 namespace brisk {
 
+namespace {
+// Span::kept_ms of an orphan that changed at now_ms: never 0, which marks one whose holes were
+// made since.
+std::uint32_t orphan_stamp(std::uint64_t now_ms) {
+  const auto stamp = static_cast<std::uint32_t>(now_ms);
+  return stamp != 0 ? stamp : 1;
+}
+}  // namespace
+
 void orphan_span(Span* s) {
   BRISK_ASSERT(s->used > 0 && !s->listed);  // an empty span is released, not orphaned
+  const std::uint32_t stamp = orphan_stamp(platform::now_ms());
   CentralPool& pool = g_central[central_index(s)];
   LockGuard g(pool.lock);
+  s->kept_ms = stamp;
   s->owner.store(&g_orphan_heap, std::memory_order_release);
   if (s->kind == SpanKind::kSmall && s->has_room()) pool.push(s);
   stats::add(&stats::Stripe::spans_orphaned, 1);
 }
-std::size_t punch_orphan_holes() {
+std::size_t punch_orphan_holes(std::uint64_t now_ms, std::uint64_t delay_ms) {
   std::size_t bytes = 0;
+  const auto now = static_cast<std::uint32_t>(now_ms);
   for (unsigned c = 0; c < kNumClasses; ++c) {
     CentralPool& pool = g_central[c];
     if (!pool.nonempty.load(std::memory_order_relaxed)) continue;
     LockGuard g(pool.lock);
-    for (Span* s = pool.available.head; s != nullptr; s = s->next)
-      if (s->used != 0) bytes += span_punch_holes(s);
+    for (Span* s = pool.available.head; s != nullptr; s = s->next) {
+      if (s->used == 0 || s->kept_ms == 0) continue;  // nothing came back since its last holes
+      if (delay_ms != 0 && static_cast<std::int32_t>(now - s->kept_ms) < static_cast<std::int64_t>(delay_ms)) continue;
+      bytes += span_punch_holes(s);
+      s->kept_ms = 0;
+    }
   }
   return bytes;
 }
@@ -254,7 +270,7 @@ namespace {
 // A block freed into a span whose owner exited, put back under the central pool's lock (the
 // pool holds such spans). The span may have been adopted since the block was sent. Returns the
 // block's size.
-std::size_t process_orphan_block(Block* b) {
+std::size_t process_orphan_block(Block* b, std::uint32_t stamp) {
   auto a = reinterpret_cast<std::uintptr_t>(b);
   Span* s = chunk_of(a)->span_of(a);
   std::size_t size = s->block_size;
@@ -274,6 +290,7 @@ std::size_t process_orphan_block(Block* b) {
       Block* old = s->free;
       set_link(b, old);
       s->free = b;
+      s->kept_ms = stamp;
       BRISK_ASSERT(s->used > 0);
       if (span_used_decrement(s)) {
         if (s->listed) pool.remove(s);
@@ -326,9 +343,10 @@ void drain_locked() {
   Block* b = g_orphan_heap.incoming.take_all();
   if (b != nullptr) g_orphan_queue_counters.operations.fetch_add(1, std::memory_order_relaxed);
   std::size_t bytes = 0;
+  const std::uint32_t stamp = b != nullptr ? orphan_stamp(platform::now_ms()) : 0;
   while (b != nullptr) {
     Block* next = chain_next(b);
-    bytes += process_orphan_block(b);
+    bytes += process_orphan_block(b, stamp);
     b = next;
   }
   note_chain_taken(bytes);

@@ -10,9 +10,12 @@ namespace brisk {
 
 void orphan_span(Span* s);              // hands a span of an exiting heap to its central pool
 bool adopt_orphan_span(Heap* h, Span* s);  // false if another thread took it first
-// brisk_trim: the OS pages of orphan spans that hold only free blocks go back to the OS (core/
-// span_holes.h), each pool's spans under its lock. Returns the bytes.
-std::size_t punch_orphan_holes();
+// The OS pages of orphan spans that hold only free blocks go back to the OS (core/
+// span_holes.h), each pool's spans under its lock: of every orphan that changed since its holes
+// were last made (Span::kept_ms), and, with a delay (the background pass), only of those
+// unchanged for that long, so that a span other threads are freeing into is not walked at each
+// pass. brisk_trim passes 0. Returns the bytes.
+std::size_t punch_orphan_holes(std::uint64_t now_ms, std::uint64_t delay_ms);
 // Kept empty spans. A small span whose last block comes back, and that its heap does not keep
 // (as its class's current span or spare), goes whole to its class's central pool rather than
 // giving its pages back to the chunk; so do the empty spans of a heap detaching at thread exit,

@@ -66,7 +66,7 @@ std::size_t process_trim() {
   // Then the free blocks that share their spans with live ones: whole OS pages of them go back
   // (core/span_holes.h), in the orphans' spans and in the calling thread's, which become
   // orphans. Other threads' spans are on their owners' lock-free fast paths.
-  bytes += punch_orphan_holes();
+  bytes += punch_orphan_holes(0, 0);
   if (Heap* h = t_heap; heap_is_attached(h)) {
     HeapSlowLock lock(h);
     bytes += heap_punch_holes(h);
