@@ -27,9 +27,9 @@ std::uint32_t orphan_stamp(std::uint64_t now_ms) {
 }
 }  // namespace
 
-void orphan_span(Span* s) {
+void orphan_span(Span* s, bool holes_made) {
   BRISK_ASSERT(s->used > 0 && !s->listed);  // an empty span is released, not orphaned
-  const std::uint32_t stamp = orphan_stamp(platform::now_ms());
+  const std::uint32_t stamp = holes_made ? 0 : orphan_stamp(platform::now_ms());
   CentralPool& pool = g_central[central_index(s)];
   LockGuard g(pool.lock);
   s->kept_ms = stamp;

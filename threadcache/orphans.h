@@ -8,7 +8,10 @@
 
 namespace brisk {
 
-void orphan_span(Span* s);              // hands a span of an exiting heap to its central pool
+// Hands a span of an exiting heap (or one its heap sheds) to its central pool. holes_made: its
+// holes were just made (core/span_holes.h), so the background pass need not walk it again until
+// a block comes back to it (Span::kept_ms).
+void orphan_span(Span* s, bool holes_made = false);
 bool adopt_orphan_span(Heap* h, Span* s);  // false if another thread took it first
 // The OS pages of orphan spans that hold only free blocks go back to the OS (core/
 // span_holes.h), each pool's spans under its lock: of every orphan that changed since its holes

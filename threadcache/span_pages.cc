@@ -535,7 +535,7 @@ std::size_t heap_punch_holes(Heap* h) {
         if (h->spare[c] == s) h->spare[c] = nullptr;
         if (h->installed[c] == s) set_current(h, c, &g_empty_span);
         heap_unlink_span(h, s);
-        orphan_span(s);
+        orphan_span(s, true);
       }
     }
     s = next;
