@@ -66,11 +66,12 @@ std::size_t span_punch_holes(Span* s) {
   const std::uint64_t n = s->carved_blocks;
   const std::uint64_t bs = s->block_size;
 
-  // Which blocks are free: those on the list, checked as alloc_small would trust them (a
-  // carved block of this span, each seen once), and those touching a hole made earlier.
   // Not enough free room for one page: nothing to walk. (carved - used counts the free blocks
   // queued to other heaps too, so it bounds the listed ones from above.)
   if ((n - std::min<std::uint64_t>(n, s->used)) * bs < kOsPageSize) return 0;
+
+  // Which blocks are free: those on the list, checked as alloc_small would trust them (a
+  // carved block of this span, each seen once), and those touching a hole made earlier.
   BlockBits free_blocks(n);
   for (Block* b = s->free; b != nullptr; b = next_of(b)) {
     auto a = reinterpret_cast<std::uintptr_t>(b);

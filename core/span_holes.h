@@ -1,17 +1,19 @@
 // Span holes: the OS pages of a small span that hold only free blocks, given back to the OS by
-// brisk_trim while the span still holds a live block elsewhere.
+// brisk_trim (the calling thread's spans and orphans) and by the background pass (orphans
+// unchanged for a purge delay) while the span still holds a live block elsewhere.
 //
 // A span's free list lives in its free blocks (word 0 the link, word 1 the free key, core/
 // free_key.h), so a page given back takes the list's links and keys with it. The blocks that
 // touch a hole therefore leave the list (they stay free, and are not in `used`), and the span
 // records the hole in Span::hole_pages. Their free keys are gone too: a second free of such a
 // block would pass an owner's free_fast (its word 1 reads zero), and take one off `used` for a
-// block never handed out. So a span with holes is never a heap's: brisk_trim gives it to its
-// class's central pool as an orphan (threadcache/orphans.h), every free into it takes the
-// orphan queue, whose drain reports a block in a hole as freed twice (span_block_in_hole), and
-// the heap that takes it from the pool makes the holes' blocks free-listed again first
-// (span_fill_holes, under the pool's lock), which faults their pages back in only then, when
-// the class needs blocks.
+// block never handed out. So a span with holes is never a heap's: brisk_trim gives the calling
+// thread's to their class's central pool as orphans (threadcache/orphans.h), adoption refuses
+// them, every free into one takes the orphan queue, whose drain reports a block in a hole as
+// freed twice (span_block_in_hole), and the heap that takes it from the pool makes the holes'
+// blocks free-listed again first (span_fill_holes, under the pool's lock), which faults their
+// pages back in only then, when the class needs blocks. Other running threads' spans get no
+// holes: their owners' fast paths use the free lists without a lock.
 //
 // glibc's malloc_trim gives back the pages inside its free chunks the same way (whole pages
 // only, the chunk headers kept); jemalloc, tcmalloc and mimalloc give back only whole empty
