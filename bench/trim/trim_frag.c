@@ -10,10 +10,15 @@
  *       16-1,015 bytes, one in ten kept in a cache of 20,000 (evicting at random), the rest freed,
  *       and malloc_trim(0) after each round. Prints the total time, the time in malloc_trim and
  *       the largest and final RSS.
+ *   brisk-trim-frag beside [COUNT]            a thread allocates COUNT (1,000,000) blocks of 1 KiB,
+ *       keeps one in 100 and exits; then main calls malloc_trim(0) while another thread keeps
+ *       allocating 1 KiB blocks. Prints the trim's time and that thread's longest malloc during
+ *       it: how long a trim holds other threads up.
  *
  * Exit status 1 if a block's contents were damaged. Build with -fno-builtin: the compiler may
  * otherwise drop a malloc/free pair whose block it sees unused. */
 #include <malloc.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,10 +124,76 @@ static int periodic(int rounds) {
   return 0;
 }
 
+struct Beside {
+  size_t count;
+  void** blocks;
+  volatile int go, stop;
+  double longest;
+};
+
+static void* leave_blocks(void* arg) {
+  struct Beside* b = arg;
+  for (size_t i = 0; i < b->count; ++i) {
+    b->blocks[i] = malloc(1024);
+    if (b->blocks[i] == NULL) abort();
+    memset(b->blocks[i], 1, 1024);
+  }
+  for (size_t i = 0; i < b->count; ++i)
+    if (i % 100 != 0) {
+      free(b->blocks[i]);
+      b->blocks[i] = NULL;
+    }
+  return NULL;
+}
+
+static void* allocate_beside(void* arg) {
+  struct Beside* b = arg;
+  size_t cap = 4 * b->count, n = 0;
+  void** mine = malloc(cap * sizeof *mine);
+  if (mine == NULL) abort();
+  while (!b->go) {
+  }
+  while (!b->stop && n < cap) {
+    double t0 = now();
+    mine[n] = malloc(1024);
+    double took = now() - t0;
+    if (mine[n] == NULL) abort();
+    memset(mine[n], 2, 64);
+    if (took > b->longest) b->longest = took;
+    ++n;
+  }
+  for (size_t i = 0; i < n; ++i) free(mine[i]);
+  free(mine);
+  return NULL;
+}
+
+static int beside(size_t count) {
+  struct Beside b = {count, malloc(count * sizeof(void*)), 0, 0, 0};
+  pthread_t leaver, allocator;
+  if (b.blocks == NULL) return 2;
+  pthread_create(&leaver, NULL, leave_blocks, &b);
+  pthread_join(leaver, NULL);
+  pthread_create(&allocator, NULL, allocate_beside, &b);
+  b.go = 1;
+  struct timespec settle = {0, 20 * 1000 * 1000};
+  nanosleep(&settle, NULL);
+  double t0 = now();
+  malloc_trim(0);
+  double t1 = now();
+  b.stop = 1;
+  pthread_join(allocator, NULL);
+  for (size_t i = 0; i < count; ++i) free(b.blocks[i]);
+  free(b.blocks);
+  printf("beside: malloc_trim %.1f ms; the other thread's longest malloc meanwhile %.3f ms\n", (t1 - t0) * 1e3,
+         b.longest * 1e3);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc >= 2 && strcmp(argv[1], "scatter") == 0)
     return scatter(argc > 2 ? (size_t)atol(argv[2]) : 64, argc > 3 ? (size_t)atol(argv[3]) : 1000000);
   if (argc >= 2 && strcmp(argv[1], "periodic") == 0) return periodic(argc > 2 ? atoi(argv[2]) : 200);
-  fprintf(stderr, "usage: %s scatter [SIZE] [COUNT] | periodic [ROUNDS]\n", argv[0]);
+  if (argc >= 2 && strcmp(argv[1], "beside") == 0) return beside(argc > 2 ? (size_t)atol(argv[2]) : 1000000);
+  fprintf(stderr, "usage: %s scatter [SIZE] [COUNT] | periodic [ROUNDS] | beside [COUNT]\n", argv[0]);
   return 2;
 }
