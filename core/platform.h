@@ -73,10 +73,6 @@ bool barrier_all_threads();
 
 // Bytes of [p, p+size) currently resident (mincore), counted in windows on the stack.
 std::size_t resident_bytes(void* p, std::size_t size);
-// Which of the `pages` (at most 64) OS pages from p are resident, bit i for the i-th (mincore:
-// a page read since it was decommitted maps the zero page, and counts); every bit where
-// mincore fails.
-std::uint64_t resident_page_mask(void* p, unsigned pages);
 // Makes [p, p+size), a private anonymous range, read as zeros: each run of pages present in
 // RAM is written with zeros, each run of swapped-out pages decommitted, and pages never touched
 // since they were mapped or decommitted are left alone (they read as zeros already, and a memset

@@ -265,16 +265,6 @@ std::size_t resident_bytes(void* p, std::size_t size) {
   return resident;
 }
 
-std::uint64_t resident_page_mask(void* p, unsigned pages) {
-  std::uint64_t mask = 0;
-  for_each_resident_run(p, std::size_t{pages} * kOsPageSize, [&](char* run, std::size_t bytes, bool in) {
-    const auto first = static_cast<unsigned>((run - static_cast<char*>(p)) / kOsPageSize);
-    const auto n = static_cast<unsigned>(bytes / kOsPageSize);
-    if (in) mask |= (n >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << n) - 1) << first;
-  });
-  return mask;
-}
-
 namespace {
 
 // The file a descriptor that brisk keeps was opened on (device and inode), so that each use can

@@ -2,6 +2,7 @@
 #include "core/span_holes.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 
 #include "core/assert.h"
@@ -127,12 +128,14 @@ void span_fill_holes(Span* s) {
   BRISK_ASSERT(s->kind == SpanKind::kSmall && holes != 0);
   const std::uint64_t bs = s->block_size;
   const std::uint64_t n = s->carved_blocks;
-  // A block's first 16 bytes lie in one OS page. In a hole they read zero unless something
-  // touched the page since it went back: a free's key exchange (free_release_slow), which found
-  // no key to match, or a write after free. Only a hole page that is resident again can hold
-  // such a write, and only there are the blocks read: reading a page that is not resident would
-  // map the zero page, and the write below fault again to copy it.
-  const std::uint64_t touched = holes & platform::resident_page_mask(s->start, 64 - static_cast<unsigned>(std::countl_zero(holes)));
+  // A block's first 16 bytes lie in one OS page. In a hole its key word reads zero unless a free
+  // of the block exchanged its key in since the page went back (free_release_slow: it found no
+  // key to match, so it took the free for a first one) or the program wrote there after the
+  // free. The key goes in with an exchange too: of that free and this fill, whichever comes
+  // second sees the other's key, so a second free racing with the fill is reported by one of
+  // them, never sent on to the span's next owner as a block to push (twice on its list). The
+  // exchange is the page's first write, one fault, as a plain store would be; reading the word
+  // first would map the zero page and fault again to copy it.
   // In address order, appended behind one another, the old list after them. Blocks of more
   // than a page can touch two runs of holes: each is taken once (next).
   Block* head = nullptr;
@@ -143,11 +146,13 @@ void span_fill_holes(Span* s) {
     for (std::uint64_t j = std::max(next, std::uint64_t{first} * kOsPageSize / bs); j <= last; ++j) {
       char* p = s->start + j * bs;
       auto* b = reinterpret_cast<Block*>(p);
-      if ((touched >> (j * bs / kOsPageSize) & 1) != 0 && (b->link != 0 || b->key != 0))
-        fatal_pointer_error("double free of", b, "freed again after brisk_trim gave its page back, or written after its free");
       const FreeCode code = free_code(reinterpret_cast<std::uintptr_t>(p));
+      if ((holes >> (j * bs / kOsPageSize) & 1) == 0) {
+        b->key = code.key;  // its key word lies outside the holes: kept, a free compares it
+      } else if (std::atomic_ref<std::uintptr_t>(b->key).exchange(code.key, std::memory_order_relaxed) != 0) {
+        fatal_pointer_error("double free of", b, "freed again after brisk_trim gave its page back, or written after its free");
+      }
       if (tail != nullptr) set_link(tail, b); else head = b;
-      b->key = code.key;
       tail = b;
     }
     next = last + 1;

@@ -34,8 +34,8 @@ namespace brisk {
 // span's carved blocks, or a cycle). Returns the bytes given back.
 std::size_t span_punch_holes(Span* s);
 // Under s's central pool's lock, s an orphan with holes: every block touching a hole is pushed
-// on the free list again (link and key written) and hole_pages cleared. A block whose first
-// words lie in a hole and no longer read zero was freed a second time, or written after it was
+// on the free list again (link and key written) and hole_pages cleared. A block whose key word
+// lies in a hole and no longer reads zero was freed a second time, or written after it was
 // freed, since its page went back: reported, naming the block.
 void span_fill_holes(Span* s);
 // Whether the block at address a (a block start of s's carved part) touches one of s's holes.

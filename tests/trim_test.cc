@@ -11,6 +11,7 @@
 #include <atomic>
 #include <iterator>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -431,18 +432,24 @@ TEST(Trim, FreesIntoSpansWithHolesRacingWithTheirRefillLoseNothing) {
   }
 }
 
+// The first block of a page in a hole: one 64-byte block in 97 kept over 4 MiB, the rest freed,
+// then brisk_trim (the death tests' children leave the blocks as they are).
+void* ABlockInAHole() {
+  std::vector<bool> kept;
+  std::vector<void*> blocks = AllocateAndKeepOneIn97(64, 4 * kMiB, &kept);
+  brisk_trim();
+  std::vector<uintptr_t> pages = FreeOnlyPages(blocks, kept, 64);
+  if (pages.empty() || ResidentPages(pages) != 0) std::abort();  // the premise: holes, no block of them listed
+  return reinterpret_cast<void*>(pages[pages.size() / 2]);
+}
+
 // A block in a hole lost its free key with its page: a second free of it is reported all the
 // same (the span is an orphan, so the free goes through the orphan queue's drain, which knows
 // the holes), from its own thread or another.
 TEST(TrimDeathTest, ASecondFreeOfABlockInAHoleIsADoubleFree) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   auto twice = [](bool same_thread) {
-    std::vector<bool> kept;
-    std::vector<void*> blocks = AllocateAndKeepOneIn97(64, 4 * kMiB, &kept);
-    brisk_trim();
-    std::vector<uintptr_t> pages = FreeOnlyPages(blocks, kept, 64);
-    if (ResidentPages(pages) != 0) std::abort();  // the premise: no block of these is listed
-    void* victim = reinterpret_cast<void*>(pages[pages.size() / 2]);  // a page's first block
+    void* victim = ABlockInAHole();
     if (same_thread) brisk_free(victim); else std::thread([victim] { brisk_free(victim); }).join();
     brisk_trim();  // drains the orphan queue
   };
@@ -450,17 +457,46 @@ TEST(TrimDeathTest, ASecondFreeOfABlockInAHoleIsADoubleFree) {
   EXPECT_DEATH(twice(false), "double free of 0x.*after brisk_trim gave its page back");
 }
 
-// A write into a freed block in a hole (here its free-key word, as a second free racing with
-// the span's refill writes it) is found when the holes are filled again.
+// A second free of a block in a hole, from a thread that still holds it in its outgoing batch
+// (to the orphan queue) when the test thread's refill takes the span: that free's key exchange
+// wrote the key into the hole, and the fill's own exchange finds it there. Sent on after the fill
+// instead, the block would reach the span's new owner and go on its list twice.
+TEST(TrimDeathTest, ASecondFreeStillOnItsWayIsReportedWhenTheSpanIsTaken) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto racing = [] {
+    void* victim = ABlockInAHole();
+    std::mutex m;
+    std::condition_variable cv;
+    bool freed = false, done = false;
+    std::thread other([&] {
+      brisk_free(victim);  // into its outgoing batch, not sent while it waits
+      std::unique_lock<std::mutex> lock(m);
+      freed = true;
+      cv.notify_all();
+      cv.wait(lock, [&] { return done; });
+    });
+    {
+      std::unique_lock<std::mutex> lock(m);
+      cv.wait(lock, [&] { return freed; });
+    }
+    for (size_t i = 0; i < 4 * kMiB / 64; ++i) brisk_malloc(64);
+    {
+      std::lock_guard<std::mutex> lock(m);
+      done = true;
+    }
+    cv.notify_all();
+    other.join();
+  };
+  EXPECT_DEATH(racing(), "double free of 0x.*after brisk_trim gave its page back");
+}
+
+// A write into a freed block in a hole (here its free-key word, where a second free's key
+// exchange writes) is found when the holes are filled again.
 TEST(TrimDeathTest, AWriteIntoAHoleIsReportedWhenTheSpanIsTakenAgain) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   auto written = [] {
-    std::vector<bool> kept;
-    std::vector<void*> blocks = AllocateAndKeepOneIn97(64, 4 * kMiB, &kept);
-    brisk_trim();
-    std::vector<uintptr_t> pages = FreeOnlyPages(blocks, kept, 64);
-    reinterpret_cast<volatile uintptr_t*>(pages[pages.size() / 2])[1] = 1;
-    for (size_t i = 0; i < blocks.size(); ++i) brisk_malloc(64);
+    static_cast<volatile uintptr_t*>(ABlockInAHole())[1] = 1;
+    for (size_t i = 0; i < 4 * kMiB / 64; ++i) brisk_malloc(64);
   };
   EXPECT_DEATH(written(), "double free of 0x.*or written after its free");
 }
