@@ -14,15 +14,21 @@
  *       keeps one in 100 and exits; then main calls malloc_trim(0) while another thread keeps
  *       allocating 1 KiB blocks. Prints the trim's time and that thread's longest malloc during
  *       it: how long a trim holds other threads up.
+ *   brisk-trim-frag exit-idle                 four threads each allocate 524,288 blocks of
+ *       16-256 bytes, keep one in 100 for main, free the rest and exit; main then idles, calling
+ *       no allocator function. Prints RSS right after the exits and 1, 5 and 10 s later: what
+ *       the allocator gives back on its own.
  *
  * Exit status 1 if a block's contents were damaged. Build with -fno-builtin: the compiler may
  * otherwise drop a malloc/free pair whose block it sees unused. */
 #include <malloc.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static long rss_kib(void) {
   FILE* f = fopen("/proc/self/statm", "r");
@@ -189,11 +195,51 @@ static int beside(size_t count) {
   return 0;
 }
 
+enum { kExitThreads = 4, kExitBlocks = 1 << 19 };
+static void* g_exit_kept[kExitThreads][kExitBlocks / 50];
+
+static void* exit_worker(void* arg) {
+  int t = (int)(intptr_t)arg;
+  unsigned s = 77u + (unsigned)t;
+  int kept = 0;
+  void** v = malloc(kExitBlocks * sizeof *v);
+  if (v == NULL) abort();
+  for (int i = 0; i < kExitBlocks; ++i) {
+    size_t size = 16 + next_random(&s) % 241;
+    v[i] = malloc(size);
+    if (v[i] == NULL) abort();
+    memset(v[i], 1, size);
+  }
+  for (int i = 0; i < kExitBlocks; ++i) {
+    if (next_random(&s) % 100 == 0 && kept < kExitBlocks / 50)
+      g_exit_kept[t][kept++] = v[i];
+    else
+      free(v[i]);
+  }
+  free(v);
+  return NULL;
+}
+
+static int exit_idle(void) {
+  pthread_t threads[kExitThreads];
+  for (int t = 0; t < kExitThreads; ++t) pthread_create(&threads[t], NULL, exit_worker, (void*)(intptr_t)t);
+  for (int t = 0; t < kExitThreads; ++t) pthread_join(threads[t], NULL);
+  long at[4];
+  const unsigned waits[4] = {0, 1, 4, 5};
+  for (int i = 0; i < 4; ++i) {
+    if (waits[i] != 0) sleep(waits[i]);
+    at[i] = rss_kib();
+  }
+  printf("exit-idle: RSS KiB after the threads exit %ld, 1 s %ld, 5 s %ld, 10 s %ld\n", at[0], at[1], at[2], at[3]);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc >= 2 && strcmp(argv[1], "scatter") == 0)
     return scatter(argc > 2 ? (size_t)atol(argv[2]) : 64, argc > 3 ? (size_t)atol(argv[3]) : 1000000);
   if (argc >= 2 && strcmp(argv[1], "periodic") == 0) return periodic(argc > 2 ? atoi(argv[2]) : 200);
   if (argc >= 2 && strcmp(argv[1], "beside") == 0) return beside(argc > 2 ? (size_t)atol(argv[2]) : 1000000);
-  fprintf(stderr, "usage: %s scatter [SIZE] [COUNT] | periodic [ROUNDS] | beside [COUNT]\n", argv[0]);
+  if (argc >= 2 && strcmp(argv[1], "exit-idle") == 0) return exit_idle();
+  fprintf(stderr, "usage: %s scatter [SIZE] [COUNT] | periodic [ROUNDS] | beside [COUNT] | exit-idle\n", argv[0]);
   return 2;
 }
