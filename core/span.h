@@ -85,8 +85,9 @@ struct alignas(BRISK_CACHELINE) Span {
   bool stays_when_empty = false;
   std::uint32_t kept_ms = 0;
   std::uint32_t kept_bytes = 0;
-  // OS pages of the carved part (bit i: the span's i-th, 64 at most) that brisk_trim gave back
-  // while the span kept a live block (core/span_holes.h): every block touching one is free and
+  // OS pages of the carved part (bit i: the span's i-th, 64 at most) that brisk_trim or the
+  // background pass gave back while the span kept a live block (core/span_holes.h): every
+  // block touching one is free and
   // off the free list, and reads as zeros there. Nonzero only while no heap owns the span (an
   // orphan in its central pool), so that every free into it takes the orphan queue, which
   // reports a free of a block in a hole as a double free; the heap that takes it fills the holes

@@ -8,7 +8,6 @@
 #include "core/options.h"
 #include "core/platform.h"
 #include "core/report.h"
-#include "core/span_holes.h"
 #include "threadcache/background.h"
 #include "threadcache/medium.h"
 #include "threadcache/orphans.h"
@@ -518,29 +517,6 @@ void release_if_empty(Heap* h, unsigned c) {
 void heap_release_empty_spans(Heap* h) {
   for (unsigned c = 0; c < kNumClasses; ++c) release_if_empty(h, c);
   heap_release_spares(h);
-}
-
-std::size_t heap_punch_holes(Heap* h) {
-  BRISK_ASSERT(t_heap == h && h->slow_depth != 0 && !h->is_debug && !h->idle_purged);
-  std::size_t bytes = 0;
-  for (Span* s = h->all_spans; s != nullptr;) {
-    Span* next = s->all_next;
-    if (s->kind == SpanKind::kSmall && s->used != 0) {
-      const std::size_t punched = span_punch_holes(s);
-      if (punched != 0) {
-        bytes += punched;
-        // Off h's fast paths for good: h's frees into it would not see a hole (span_holes.h).
-        const unsigned c = s->size_class;
-        if (s->listed) h->available[c].remove(s);
-        if (h->spare[c] == s) h->spare[c] = nullptr;
-        if (h->installed[c] == s) set_current(h, c, &g_empty_span);
-        heap_unlink_span(h, s);
-        orphan_span(s, true);
-      }
-    }
-    s = next;
-  }
-  return bytes;
 }
 
 namespace {

@@ -64,11 +64,6 @@ std::size_t heap_release_spares(Heap* h);
 // without the lock, so no other thread may release them): gives back every class's current
 // span that is empty, and every spare.
 void heap_release_empty_spans(Heap* h);
-// With h's slow lock held, by h's owner (whose fast paths are the only other users of its
-// spans' free lists): the OS pages of h's small spans that hold only free blocks go back to the
-// OS (core/span_holes.h), and each span given holes leaves h for its class's central pool as an
-// orphan. brisk_trim. Returns the bytes given back.
-std::size_t heap_punch_holes(Heap* h);
 // In heap_purge's aging check, by h's owner thread under HeapSlowLock: gives
 // back every span kept empty for its class (a current span, a retained class's spare) from
 // which nothing was allocated since the previous check: jemalloc's decay, for whole spans. A

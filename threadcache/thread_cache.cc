@@ -4,6 +4,7 @@
 
 #include "core/chunk.h"
 #include "core/large.h"
+#include "core/span_holes.h"
 #include "threadcache/background.h"
 #include "threadcache/heap.h"
 #include "threadcache/medium.h"
@@ -35,6 +36,37 @@ std::size_t thread_collect() {
   release_kept_spans(0, 0, true);  // as heap_collect does
   return large_cache_flush();
 }
+
+namespace {
+
+// With h's slow lock held, by h's owner (whose fast paths are the only other users of its
+// spans' free lists): the OS pages of h's small spans that hold only free blocks go back to the
+// OS (core/span_holes.h), and each span given holes leaves h for its class's central pool as an
+// orphan. Returns the bytes given back.
+std::size_t heap_punch_holes(Heap* h) {
+  BRISK_ASSERT(t_heap == h && h->slow_depth != 0 && !h->is_debug && !h->idle_purged);
+  std::size_t bytes = 0;
+  for (Span* s = h->all_spans; s != nullptr;) {
+    Span* next = s->all_next;
+    if (s->kind == SpanKind::kSmall && s->used != 0) {
+      const std::size_t punched = span_punch_holes(s);
+      if (punched != 0) {
+        bytes += punched;
+        // Off h's fast paths for good: h's frees into it would not see a hole (span_holes.h).
+        const unsigned c = s->size_class;
+        if (s->listed) h->available[c].remove(s);
+        if (h->spare[c] == s) h->spare[c] = nullptr;
+        if (h->installed[c] == s) set_current(h, c, &g_empty_span);
+        heap_unlink_span(h, s);
+        orphan_span(s, true);
+      }
+    }
+    s = next;
+  }
+  return bytes;
+}
+
+}  // namespace
 
 // The calling thread's collect first, so its emptied spans are free pages before the sweep.
 // Then the frees queued to every other heap whose slow lock is free: the spans they empty are
