@@ -28,6 +28,16 @@ std::uint64_t pages_of_block(const Span* s, std::uint64_t j) {
   return run_mask(first, static_cast<unsigned>(last / kOsPageSize) + 1 - first);
 }
 
+// The blocks of s that touch its OS pages [first, first + pages), wholly carved: [from, to].
+struct BlockRange {
+  std::uint64_t from, to;
+};
+BlockRange blocks_touching(const Span* s, std::uint64_t first, std::uint64_t pages) {
+  const BlockRange r{first * kOsPageSize / s->block_size, ((first + pages) * kOsPageSize - 1) / s->block_size};
+  BRISK_ASSERT(r.to < s->carved_blocks);  // holes and candidates lie wholly in the carved part
+  return r;
+}
+
 // The index of the block at a, a block start of s (is_carved_block: the same product).
 std::uint64_t block_index(const Span* s, std::uintptr_t a) {
   return std::rotr((a - reinterpret_cast<std::uintptr_t>(s->start)) * s->inverse, s->shift);
@@ -82,17 +92,16 @@ std::size_t span_punch_holes(Span* s) {
     if (free_blocks.test(j)) fatal_pointer_error("damaged free list: brisk_trim found", b, "twice on its span's list");
     free_blocks.set(j);
   }
-  for (std::uint64_t m = s->hole_pages; m != 0; m &= m - 1) {
-    const auto page = static_cast<std::uint64_t>(std::countr_zero(m));
-    const std::uint64_t last = std::min(n - 1, ((page + 1) * kOsPageSize - 1) / bs);
-    for (std::uint64_t j = page * kOsPageSize / bs; j <= last; ++j) free_blocks.set(j);
-  }
+  for_each_bit_run(s->hole_pages, [&](unsigned first, unsigned pages) {
+    const BlockRange r = blocks_touching(s, first, pages);
+    for (std::uint64_t j = r.from; j <= r.to; ++j) free_blocks.set(j);
+  });
 
   std::uint64_t holes = 0;
   for (std::uint64_t m = candidates; m != 0; m &= m - 1) {
-    const auto page = static_cast<std::uint64_t>(std::countr_zero(m));
-    // Wholly carved, so its last byte's block is below n.
-    if (free_blocks.all(page * kOsPageSize / bs, ((page + 1) * kOsPageSize - 1) / bs)) holes |= std::uint64_t{1} << page;
+    const auto page = static_cast<unsigned>(std::countr_zero(m));
+    const BlockRange r = blocks_touching(s, page, 1);
+    if (free_blocks.all(r.from, r.to)) holes |= std::uint64_t{1} << page;
   }
   if (holes == 0) return 0;
 
@@ -115,8 +124,8 @@ std::size_t span_punch_holes(Span* s) {
   // Each run of hole pages in one range, all in one system call where the kernel batches them.
   platform::PageRange ranges[kMaxSpanOsPages / 2];
   std::size_t count = 0;
-  for_each_bit_run(holes, [&](unsigned first, unsigned n) {
-    ranges[count++] = platform::PageRange{s->start + std::size_t{first} * kOsPageSize, std::size_t{n} * kOsPageSize};
+  for_each_bit_run(holes, [&](unsigned first, unsigned pages) {
+    ranges[count++] = platform::PageRange{s->start + std::size_t{first} * kOsPageSize, std::size_t{pages} * kOsPageSize};
   });
   platform::decommit_all(ranges, count);
   store_shared(s->hole_pages, all_holes);
@@ -127,7 +136,6 @@ void span_fill_holes(Span* s) {
   const std::uint64_t holes = s->hole_pages;
   BRISK_ASSERT(s->kind == SpanKind::kSmall && holes != 0);
   const std::uint64_t bs = s->block_size;
-  const std::uint64_t n = s->carved_blocks;
   // A block's first 16 bytes lie in one OS page. In a hole its key word reads zero unless a free
   // of the block exchanged its key in since the page went back (free_release_slow: it found no
   // key to match, so it took the free for a first one) or the program wrote there after the
@@ -142,8 +150,8 @@ void span_fill_holes(Span* s) {
   Block* tail = nullptr;
   std::uint64_t next = 0;
   for_each_bit_run(holes, [&](unsigned first, unsigned pages) {
-    const std::uint64_t last = std::min(n - 1, ((std::uint64_t{first} + pages) * kOsPageSize - 1) / bs);
-    for (std::uint64_t j = std::max(next, std::uint64_t{first} * kOsPageSize / bs); j <= last; ++j) {
+    const BlockRange r = blocks_touching(s, first, pages);
+    for (std::uint64_t j = std::max(next, r.from); j <= r.to; ++j) {
       char* p = s->start + j * bs;
       auto* b = reinterpret_cast<Block*>(p);
       const FreeCode code = free_code(reinterpret_cast<std::uintptr_t>(p));
@@ -155,7 +163,7 @@ void span_fill_holes(Span* s) {
       if (tail != nullptr) set_link(tail, b); else head = b;
       tail = b;
     }
-    next = last + 1;
+    next = r.to + 1;
   });
   set_link(tail, s->free);
   store_shared(s->free, head);

@@ -44,7 +44,7 @@ std::size_t punch_orphan_holes(std::uint64_t now_ms, std::uint64_t delay_ms) {
     CentralPool& pool = g_central[c];
     if (!pool.nonempty.load(std::memory_order_relaxed)) continue;
     // One span a lock hold, the head each time, moved to the tail after; and after a hold that
-    // another thread waited through, the lock is left to it. A walk of the free list and a
+    // another thread waited through, the lock is left to it (SpinLock::let_waiter_in). A walk of the free list and a
     // madvise per span, over a gigabyte of an exited thread's 1 KiB blocks, held another
     // thread's refill of the class for the whole trim (330 ms) under one hold, and for up to
     // 300 ms with one span a hold alone: the spin lock's waiter yields its CPU, and missed the
@@ -58,7 +58,7 @@ std::size_t punch_orphan_holes(std::uint64_t now_ms, std::uint64_t delay_ms) {
       left = pool.available.count;
     }
     for (; left != 0; --left) {
-      LockCounts during, after;
+      LockCounts during;
       {
         LockGuard g(pool.lock);
         during = pool.lock.counts();
@@ -70,16 +70,7 @@ std::size_t punch_orphan_holes(std::uint64_t now_ms, std::uint64_t delay_ms) {
         bytes += span_punch_holes(s);
         s->kept_ms = 0;
       }
-      after = pool.lock.counts();
-      if (after.contended == during.contended && after.yields == during.yields) continue;
-      // A waiter came during the hold: a short spin for it to take the lock, then, if it has not
-      // (it is in its own sched_yield), a yield of this thread's CPU.
-      unsigned spins = 0;
-      while (spins < 256 && !pool.lock.is_locked()) {
-        __builtin_ia32_pause();
-        ++spins;
-      }
-      if (spins == 256) sched_yield();
+      pool.lock.let_waiter_in(during);
     }
   }
   return bytes;
