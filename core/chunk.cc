@@ -530,13 +530,33 @@ Chunk* chunk_adopt(Heap* new_owner) {
   return nullptr;
 }
 
-void chunk_forget_os_pages(Chunk* c, std::uintptr_t from, std::uintptr_t to) {
-  const auto base = reinterpret_cast<std::uintptr_t>(c);
+namespace {
+
+// fn(page, bit) for each whole OS page in [from, to) of the chunk at base: its page's index and
+// its bit in that page's os_pages word, until fn returns true. True if it did.
+template <typename Fn>
+bool for_each_os_page(std::uintptr_t base, std::uintptr_t from, std::uintptr_t to, Fn fn) {
   for (std::uintptr_t p = round_to_os_page(from); p + kOsPageSize <= to; p += kOsPageSize) {
     const auto page = static_cast<unsigned>((p - base) >> kPageShift);
-    const auto bit = static_cast<unsigned>(((p - base) & (kPageSize - 1)) / kOsPageSize);
-    c->os_pages[page].fetch_and(static_cast<std::uint16_t>(~(1u << bit)), std::memory_order_relaxed);
+    const auto bit = static_cast<std::uint16_t>(1u << (((p - base) & (kPageSize - 1)) / kOsPageSize));
+    if (fn(page, bit)) return true;
   }
+  return false;
+}
+
+}  // namespace
+
+void chunk_forget_os_pages(Chunk* c, std::uintptr_t from, std::uintptr_t to) {
+  for_each_os_page(reinterpret_cast<std::uintptr_t>(c), from, to, [c](unsigned page, std::uint16_t bit) {
+    c->os_pages[page].fetch_and(static_cast<std::uint16_t>(~bit), std::memory_order_relaxed);
+    return false;
+  });
+}
+
+bool chunk_os_pages_written(const Chunk* c, std::uintptr_t from, std::uintptr_t to) {
+  return for_each_os_page(reinterpret_cast<std::uintptr_t>(c), from, to, [c](unsigned page, std::uint16_t bit) {
+    return (c->os_pages[page].load(std::memory_order_relaxed) & bit) != 0;
+  });
 }
 
 void chunk_release_span_pages(Chunk* c, unsigned first, unsigned n, std::uint64_t written) {

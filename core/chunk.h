@@ -200,6 +200,9 @@ void chunk_note_written(Chunk* c, unsigned first, unsigned n, std::uint64_t writ
 // OS pages in [from, to), inside pages the caller has claimed, were decommitted: their os_pages
 // bits are cleared.
 void chunk_forget_os_pages(Chunk* c, std::uintptr_t from, std::uintptr_t to);
+// Whether any OS page in [from, to), inside pages the caller has claimed, is recorded as having
+// held data (os_pages).
+bool chunk_os_pages_written(const Chunk* c, std::uintptr_t from, std::uintptr_t to);
 // Gives the resident memory of free pages back to the OS, for one chunk or for several in one
 // system call where the kernel batches the ranges (platform::decommit_all: on the AMD EPYC VM
 // a madvise that drops resident pages costs about 90 us while another thread of the process

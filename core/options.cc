@@ -93,10 +93,21 @@ constexpr Option kTable[] = {
     // A small span is carved one OS page at a time, but claims whole 64 KiB pages, resident ones
     // first (no fault); what it has not carved yet no other span or block can use. With a span
     // per class per thread and few blocks in each, that was 17-54 MiB of the realloc-chain and
-    // producer/consumer workloads' peaks (at 115-150 MiB). Giving it back at once costs a madvise
-    // per such span and a fault for each page carved later: low-memory's trade only (README
-    // "Returning memory", span tails, has the numbers).
-    {Id::kPurgeSpanTails, "BRISK_PURGE_SPAN_TAILS", {0, 0, 1}, 0, 1},
+    // producer/consumer workloads' peaks (at 115-150 MiB). 1: a new span's tail goes back in
+    // batches while its thread runs (threadcache/span_pages.cc), at the cost of a fault or a
+    // populate call for each page carved later; 2: also the tails pending at the thread's exit
+    // (README "Returning memory", span tails, has the numbers).
+    // Balanced gives tails back while their thread runs but not when it exits: a thread's exit
+    // hands its spans on (orphans that the next thread short of the class takes and carves,
+    // kept spans, pages back to their chunks, which decay), and giving their tails back there
+    // made the threads that took them fault the pages in again. Balanced at 1 against 0 (Intel
+    // VM, 7 pairs of both suites, 2026-12-07, a scratch build; README "Span tails" has the runs
+    // of the landed code): realloc 0.960 [0.914, 0.984] of the time at 0.80x
+    // the peak, prodcons 0.937 [0.823, 0.982] at 0.80x, larson 0.972 [0.945, 1.017] at 0.93x,
+    // strings-raw 1.033 [1.017, 1.055] at 0.96x; no other interval above 1. At 2 (low-memory's)
+    // larson took 1.092 [1.037, 1.146] of the time at 0.89x the peak (about a process_madvise
+    // at each of its 100 thread exits) and churn 1.065; the other rows' peaks were alike.
+    {Id::kPurgeSpanTails, "BRISK_PURGE_SPAN_TAILS", {0, 1, 2}, 0, 2},
     // Medium blocks are page runs inside 4 MiB chunks: a block of up to 2 MiB needs that many
     // free pages in a row in one chunk, and on the producer/consumer and realloc-chain workloads
     // the runs left between live blocks were too short for the next big one, which took fresh

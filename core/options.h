@@ -36,7 +36,7 @@ enum class Id : unsigned {
   kDebugFillLimit,    // BRISK_DEBUG_FILL_LIMIT: debug blocks up to this size get fill patterns on every byte
   kRetainedBytes,     // BRISK_RETAINED_BYTES: carved bytes of the multi-page spans a thread keeps emptied
   kPurgeReused,       // BRISK_PURGE_REUSED: 1: a decay purge also takes pages used since its previous check
-  kPurgeSpanTails,    // BRISK_PURGE_SPAN_TAILS: 1: a new small span gives back the resident pages past its first carve
+  kPurgeSpanTails,    // BRISK_PURGE_SPAN_TAILS: 1: a new small span gives back the resident pages past its first carve; 2: at its thread's exit too
   kMediumMax,         // BRISK_MEDIUM_MAX: blocks above it (up to kMediumMax) are large blocks, not chunk page runs
   kMediumCacheBytes,  // BRISK_MEDIUM_CACHE_BYTES: page runs of freed medium blocks a thread keeps for its next ones
   kForeignCacheBytes, // BRISK_FOREIGN_CACHE_BYTES: other heaps' freed blocks a thread keeps for its own allocations

@@ -174,4 +174,23 @@ bool span_block_in_hole(const Span* s, std::uintptr_t a) {
   return s->hole_pages != 0 && (pages_of_block(s, block_index(s, a)) & s->hole_pages) != 0;
 }
 
+std::size_t span_drop_tail(Span* s) {
+  BRISK_ASSERT(s->kind == SpanKind::kSmall);
+  const auto start = reinterpret_cast<std::uintptr_t>(s->start);
+  const std::uintptr_t from = round_to_os_page(start + s->carved_bytes());
+  const std::uintptr_t end = start + (std::size_t{s->page_count} << kPageShift);
+  if (from >= end || !chunk_os_pages_written(chunk_of(start), from, end)) return 0;
+  platform::decommit(reinterpret_cast<void*>(from), end - from);
+  span_forget_tail(s, from);
+  return end - from;
+}
+
+void span_forget_tail(Span* s, std::uintptr_t from) {
+  const auto start = reinterpret_cast<std::uintptr_t>(s->start);
+  chunk_forget_os_pages(chunk_of(start), from, start + (std::size_t{s->page_count} << kPageShift));
+  // The 64 KiB pages past the one `from` is in hold nothing now (carve populates them).
+  const unsigned page = static_cast<unsigned>((from - start) >> kPageShift);
+  store_shared(s->resident_pages, static_cast<std::uint8_t>(s->resident_pages & ((2u << page) - 1)));
+}
+
 }  // namespace brisk

@@ -41,4 +41,15 @@ void span_fill_holes(Span* s);
 // Whether the block at address a (a block start of s's carved part) touches one of s's holes.
 bool span_block_in_hole(const Span* s, std::uintptr_t a);
 
+// Span tails: a small span claims whole 64 KiB pages, resident ones first, and is carved one OS
+// page at a time, so the OS pages past its carved part may hold an earlier span's data that no
+// block of s uses yet (BRISK_PURGE_SPAN_TAILS, threadcache/span_pages.cc).
+// With the right to carve s (its owner under its slow lock, or the holder of its central pool's
+// lock for an orphan): the OS pages past s's carved part, if any of them held data, go back to
+// the OS (one madvise). Returns the bytes.
+std::size_t span_drop_tail(Span* s);
+// The OS pages of s from `from` (OS-page aligned, past its carved part) to its end were given
+// back: its chunk's record of written OS pages and s->resident_pages follow.
+void span_forget_tail(Span* s, std::uintptr_t from);
+
 }  // namespace brisk

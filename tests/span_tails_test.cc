@@ -214,6 +214,51 @@ void WithAPendingTail(Body body) {
   }).join();
 }
 
+// Balanced mode gives a new span's tail back while its thread runs (the tail waits, pending,
+// for a batch or a purge check), but a thread's exit leaves its pending tails with their spans:
+// the next thread short of the class takes such a span and carves on into the tail, and giving
+// it back at the exit made that thread fault the pages in again. Low-memory mode gives them back
+// at the exit too. Each thread here exits keeping its block, so its span outlives it as an
+// orphan, its tail resident or not; brisk_trim then gives the orphan's tail back (as the
+// background pass does once the orphan has been left alone for a purge delay).
+TEST(Span, BalancedLeavesAnExitingThreadsPendingTailsWithTheirSpans) {
+#ifdef BRISK_TEST_SANITIZED
+  GTEST_SKIP() << "the sanitizers' allocations of their own take chunk pages the set-up counts on";
+#endif
+  LongPurgeDelay long_delay;
+  for (brisk_strategy mode : {BRISK_STRATEGY_BALANCED, BRISK_STRATEGY_LOW_MEMORY}) {
+    StrategyMode in(mode);
+    void* block = nullptr;
+    char* tail = nullptr;
+    std::size_t tail_bytes = 0;
+    std::thread([&] {
+      chunk_purge_all();
+      void* m = LeaveTwoResidentFreePages(0x77);
+      ASSERT_NE(m, nullptr);
+      HoldCentralSpans(size_to_class(48));
+      block = brisk_malloc(48);
+      brisk_test::Fill(block, 48, 48);
+      Span* s = span_of(block);
+      ASSERT_EQ(s->start, m) << "the new span did not take the freed resident pages";
+      ASSERT_EQ(t_heap->pending_tail_count, 1u) << "the new span's tail is not waiting to go back";
+      tail = s->start + kOsPageSize;
+      tail_bytes = (std::size_t{s->page_count} << kPageShift) - kOsPageSize;
+      ASSERT_EQ(brisk_test::ResidentIn({tail}, tail_bytes), tail_bytes);
+      // The spans HoldCentralSpans took go back with the exit; this one keeps `block`.
+    }).join();
+    ASSERT_NE(tail, nullptr);
+    if (mode == BRISK_STRATEGY_BALANCED) {
+      EXPECT_EQ(brisk_test::ResidentIn({tail}, tail_bytes), tail_bytes) << "the exit gave the tail back";
+      brisk_trim();
+      EXPECT_EQ(brisk_test::ResidentIn({tail}, tail_bytes), 0u) << "brisk_trim kept the exited thread's span tail";
+    } else {
+      EXPECT_EQ(brisk_test::ResidentIn({tail}, tail_bytes), 0u) << "the exit kept the tail";
+    }
+    EXPECT_TRUE(brisk_test::Verify(block, 48, 48)) << "the span's live block changed";
+    brisk_free(block);
+  }
+}
+
 // The first tail waits: a span's creation makes no system call, and its tail stays resident
 // until the heap flushes, which leaves the OS pages carving reached meanwhile (they hold blocks)
 // and gives back the rest.

@@ -32,14 +32,19 @@ inline void* LeaveTwoResidentFreePages(int fill) {
   return m;
 }
 
-// Low-memory mode for a scope: the strategy in force before comes back after.
-class LowMemoryMode {
+// A strategy for a scope: the strategy in force before comes back after.
+class StrategyMode {
  public:
-  LowMemoryMode() : before_(brisk_get_strategy()) { brisk_set_strategy(BRISK_STRATEGY_LOW_MEMORY); }
-  ~LowMemoryMode() { brisk_set_strategy(before_); }
+  explicit StrategyMode(brisk_strategy mode) : before_(brisk_get_strategy()) { brisk_set_strategy(mode); }
+  ~StrategyMode() { brisk_set_strategy(before_); }
 
  private:
   brisk_strategy before_;
+};
+
+class LowMemoryMode : public StrategyMode {
+ public:
+  LowMemoryMode() : StrategyMode(BRISK_STRATEGY_LOW_MEMORY) {}
 };
 
 }  // namespace brisk

@@ -136,7 +136,7 @@ void heap_reset(Heap* h) {
   for (auto& s : h->spare) s = nullptr;
   for (auto& r : h->recent_releases) r = Heap::RecentRelease{};
   h->recent_next = 0;
-  BRISK_ASSERT(h->pending_tail_count == 0);  // flushed at detach, and nothing carves after it
+  BRISK_ASSERT(h->pending_tail_count == 0);  // flushed or dropped at detach, and nothing carves after it
   h->pending_tail_count = 0;
   h->retained_count = 0;
   h->retained_next = 0;
@@ -155,7 +155,12 @@ void heap_reset(Heap* h) {
 void heap_detach(Heap* h) {
   HeapSlowLock lock(h);
   h->serving = false;
-  heap_flush_span_tails(h);  // before its spans are released or orphaned, which drops them
+  // Pending span tails go back here only at BRISK_PURGE_SPAN_TAILS=2 (low-memory), before the
+  // spans are released or orphaned, which drops them. Otherwise they stay with their spans: the
+  // next thread short of the class takes an orphan and carves on into its tail, and a thread
+  // whose exit gave those pages back made that thread fault them in again (options.cc).
+  if (options::get(options::Id::kPurgeSpanTails) >= 2) heap_flush_span_tails(h);
+  h->pending_tail_count = 0;
   foreign_cache_flush(h);
   heap_flush_outgoing(h);
   // From here on, pushes to h fail and go to the orphan queue.

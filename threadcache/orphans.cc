@@ -67,7 +67,7 @@ std::size_t punch_orphan_holes(std::uint64_t now_ms, std::uint64_t delay_ms) {
         pool.rotate();
         if (s->used == 0 || s->kept_ms == 0) continue;  // nothing came back since its last holes
         if (delay_ms != 0 && static_cast<std::int32_t>(now - s->kept_ms) < static_cast<std::int64_t>(delay_ms)) continue;
-        bytes += span_punch_holes(s);
+        bytes += span_punch_holes(s) + span_drop_tail(s);
         s->kept_ms = 0;
       }
       pool.lock.let_waiter_in(during);

@@ -13,8 +13,9 @@ namespace brisk {
 // a block comes back to it (Span::kept_ms).
 void orphan_span(Span* s, bool holes_made = false);
 bool adopt_orphan_span(Heap* h, Span* s);  // false if another thread took it first
-// The OS pages of orphan spans that hold only free blocks go back to the OS (core/
-// span_holes.h), each pool's spans under its lock: of every orphan that changed since its holes
+// The OS pages of orphan spans that hold only free blocks, and the uncarved pages past their
+// carved parts that held data (their tails, which the exiting thread left them), go back to the
+// OS (core/span_holes.h), each pool's spans under its lock: of every orphan that changed since its holes
 // were last made (Span::kept_ms), and, with a delay (the background pass), only of those
 // unchanged for that long, so that a span other threads are freeing into is not walked at each
 // pass. brisk_trim passes 0. Returns the bytes.

@@ -8,6 +8,7 @@
 #include "core/options.h"
 #include "core/platform.h"
 #include "core/report.h"
+#include "core/span_holes.h"
 #include "threadcache/background.h"
 #include "threadcache/medium.h"
 #include "threadcache/orphans.h"
@@ -384,13 +385,7 @@ std::size_t heap_flush_span_tails(Heap* h) {
   std::size_t bytes = 0;
   for (unsigned i = 0; i < k; ++i) {
     bytes += ranges[i].size;
-    Span* s = spans[i];
-    const auto from = reinterpret_cast<std::uintptr_t>(ranges[i].start);
-    const auto start = reinterpret_cast<std::uintptr_t>(s->start);
-    chunk_forget_os_pages(chunk_of(start), from, from + ranges[i].size);
-    // The 64 KiB pages past the one `from` is in hold nothing now (carve populates them).
-    const unsigned page = static_cast<unsigned>((from - start) >> kPageShift);
-    store_shared(s->resident_pages, static_cast<std::uint8_t>(s->resident_pages & ((2u << page) - 1)));
+    span_forget_tail(spans[i], reinterpret_cast<std::uintptr_t>(ranges[i].start));
   }
   return bytes;
 }
