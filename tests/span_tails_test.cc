@@ -259,6 +259,41 @@ TEST(Span, BalancedLeavesAnExitingThreadsPendingTailsWithTheirSpans) {
   }
 }
 
+// brisk_trim gives back the resident tail of a span of the calling thread's own (speed mode
+// keeps tails: none waits to go back), and the span serves on.
+TEST(Span, BriskTrimGivesBackTheCallingThreadsSpanTails) {
+#ifdef BRISK_TEST_SANITIZED
+  GTEST_SKIP() << "the sanitizers' allocations of their own take chunk pages the set-up counts on";
+#endif
+  StrategyMode speed(BRISK_STRATEGY_SPEED);
+  std::thread([] {
+    chunk_purge_all();
+    void* m = LeaveTwoResidentFreePages(0x77);
+    ASSERT_NE(m, nullptr);
+    HoldCentralSpans(size_to_class(48));
+    void* b = brisk_malloc(48);
+    brisk_test::Fill(b, 48, 48);
+    Span* s = span_of(b);
+    ASSERT_EQ(s->start, m) << "the new span did not take the freed resident pages";
+    ASSERT_EQ(t_heap->pending_tail_count, 0u);
+    char* tail = s->start + kOsPageSize;
+    const std::size_t tail_bytes = (std::size_t{s->page_count} << kPageShift) - kOsPageSize;
+    ASSERT_EQ(brisk_test::ResidentIn({tail}, tail_bytes), tail_bytes);
+    brisk_trim();
+    EXPECT_EQ(brisk_test::ResidentIn({tail}, tail_bytes), 0u) << "brisk_trim kept the span's tail";
+    EXPECT_TRUE(brisk_test::Verify(b, 48, 48)) << "the span's live block changed";
+    // The span carves on over its tail: every block of it written and checked.
+    std::vector<void*> blocks{b};
+    while (blocks.size() < kClasses[size_to_class(48)].capacity) blocks.push_back(brisk_malloc(48));
+    for (std::size_t i = 1; i < blocks.size(); ++i) {
+      ASSERT_EQ(span_of(blocks[i]), s);
+      brisk_test::Fill(blocks[i], 48, i);
+    }
+    for (std::size_t i = 1; i < blocks.size(); ++i) EXPECT_TRUE(brisk_test::Verify(blocks[i], 48, i));
+    for (void* p : blocks) brisk_free(p);
+  }).join();
+}
+
 // The first tail waits: a span's creation makes no system call, and its tail stays resident
 // until the heap flushes, which leaves the OS pages carving reached meanwhile (they hold blocks)
 // and gives back the rest.

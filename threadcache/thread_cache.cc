@@ -40,15 +40,17 @@ std::size_t thread_collect() {
 namespace {
 
 // With h's slow lock held, by h's owner (whose fast paths are the only other users of its
-// spans' free lists): the OS pages of h's small spans that hold only free blocks go back to the
-// OS (core/span_holes.h), and each span given holes leaves h for its class's central pool as an
-// orphan. Returns the bytes given back.
+// spans' free lists, and who alone carves them): the OS pages of h's small spans that hold only
+// free blocks go back to the OS (core/span_holes.h), and so do the resident pages past their
+// carved parts (their tails, which speed mode keeps and a tail flush may have left); each span
+// given holes leaves h for its class's central pool as an orphan. Returns the bytes given back.
 std::size_t heap_punch_holes(Heap* h) {
   BRISK_ASSERT(t_heap == h && h->slow_depth != 0 && !h->is_debug && !h->idle_purged);
   std::size_t bytes = 0;
   for (Span* s = h->all_spans; s != nullptr;) {
     Span* next = s->all_next;
     if (s->kind == SpanKind::kSmall && s->used != 0) {
+      bytes += span_drop_tail(s);
       const std::size_t punched = span_punch_holes(s);
       if (punched != 0) {
         bytes += punched;
