@@ -50,7 +50,8 @@ void brisk_thread_collect(void);
  * is checked (damage is reported) and its memory freed, as when newer frees push it out, so a
  * write after free into it is no longer seen. Whole pages of free blocks between live blocks go
  * back too, in this thread's spans and exited threads' (a second free of a block there is still
- * reported as a double free). Live blocks, free blocks in the spans of other running threads that
+ * reported as a double free), and so do the pages past what those spans have carved into blocks
+ * that held earlier data. Live blocks, free blocks in the spans of other running threads that
  * still hold a live block, and other threads' cached spans stay. Returns the bytes decommitted
  * (madvise) or unmapped: 0 means nothing was given back. Safe while other threads allocate and
  * free. malloc_trim calls it when brisk replaces malloc. */
