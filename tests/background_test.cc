@@ -25,6 +25,7 @@
 
 #include "core/platform.h"
 #include "tests/background_fixture.h"
+#include "tests/span_test_util.h"
 #include "tests/test_util.h"
 #include "threadcache/background.h"
 #include "threadcache/heap.h"
@@ -149,6 +150,42 @@ TEST_F(Background, TheFreePagesAmongLiveBlocksOfExitedThreadsSpansAreReturned) {
     EXPECT_TRUE(Verify(again[i], kSize, i));
     brisk_free(again[i]);
   }
+}
+
+// A thread exits keeping one block of a new span made over free pages that held data: the
+// span's tail (its pages past the first carve), which balanced mode leaves with the span at
+// the exit for the next thread short of the class to carve into, stays resident while the
+// orphan is young, and the pass gives it back once the orphan has been left alone for a purge
+// delay; the block is intact.
+TEST_F(Background, TheTailOfAnExitedThreadsSpanIsReturnedOnceLeftAlone) {
+#ifdef BRISK_TEST_SANITIZED
+  GTEST_SKIP() << "the sanitizers' allocations of their own take chunk pages the set-up counts on";
+#endif
+  Passes(3, 1000);
+  void* block = nullptr;
+  char* tail = nullptr;
+  std::size_t tail_bytes = 0;
+  std::thread([&] {
+    brisk::chunk_purge_all();
+    void* m = brisk::LeaveTwoResidentFreePages(0x77);
+    ASSERT_NE(m, nullptr);
+    brisk::HoldCentralSpans(brisk::size_to_class(48));
+    block = brisk_malloc(48);
+    Fill(block, 48, 48);
+    brisk::Span* s = brisk::span_of(block);
+    ASSERT_EQ(s->start, m) << "the new span did not take the freed resident pages";
+    tail = s->start + brisk::kOsPageSize;
+    tail_bytes = (std::size_t{s->page_count} << brisk::kPageShift) - brisk::kOsPageSize;
+  }).join();
+  ASSERT_NE(tail, nullptr);
+  ASSERT_EQ(ResidentIn({tail}, tail_bytes), tail_bytes) << "the premise: the exit left the tail resident";
+  Passes(5, 10);  // 50 ms: younger than the purge delay
+  EXPECT_EQ(ResidentIn({tail}, tail_bytes), tail_bytes) << "a young orphan's tail went back";
+  const std::size_t returned = Passes(2, 1000);
+  EXPECT_EQ(ResidentIn({tail}, tail_bytes), 0u) << "the orphan's tail stayed resident";
+  EXPECT_GE(returned, tail_bytes);
+  EXPECT_TRUE(Verify(block, 48, 48)) << "the span's live block changed";
+  brisk_free(block);
 }
 
 // A worker allocates kBytes in 1 KiB blocks, another thread frees them all (remote frees,

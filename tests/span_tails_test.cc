@@ -132,14 +132,6 @@ class LongPurgeDelay {
   ~LongPurgeDelay() { options::drop_kept_values(); }
 };
 
-// Every span of class c waiting in the central pool (other tests' exited threads leave some),
-// taken into this thread's heap and left off its available list: the thread's next block of c
-// comes from a new span. They go back to the pool when the thread exits.
-void HoldCentralSpans(unsigned c) {
-  HeapSlowLock lock(t_heap);
-  while (Span* s = central_take(c, t_heap)) heap_link_span(t_heap, s);
-}
-
 // Sixteen new spans of one-page classes (16-256 B: each first carve is one OS page), each on a
 // page of freed medium blocks written whole: the pages past each first carve wait in the
 // heap's pending tails and go back together when the sixteenth joins them, in one

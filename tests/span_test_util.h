@@ -1,4 +1,5 @@
-// Helpers shared by the span tests (tests/span_test.cc, tests/span_tails_test.cc).
+// Helpers shared by the span tests (tests/span_test.cc, tests/span_tails_test.cc) and the
+// background pass's (tests/background_test.cc).
 #pragma once
 
 #include <brisk/brisk.h>
@@ -6,10 +7,12 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/central_pool.h"
 #include "core/chunk.h"
 #include "core/config.h"
 #include "threadcache/heap.h"
 #include "threadcache/medium.h"
+#include "threadcache/span_pages.h"
 
 namespace brisk {
 
@@ -30,6 +33,14 @@ inline void* LeaveTwoResidentFreePages(int fill) {
   HeapSlowLock lock(t_heap);
   medium_cache_flush(t_heap);
   return m;
+}
+
+// Every span of class c waiting in the central pool (other tests' exited threads leave some),
+// taken into this thread's heap and left off its available list: the thread's next block of c
+// comes from a new span. They go back to the pool when the thread exits.
+inline void HoldCentralSpans(unsigned c) {
+  HeapSlowLock lock(t_heap);
+  while (Span* s = central_take(c, t_heap)) heap_link_span(t_heap, s);
 }
 
 // A strategy for a scope: the strategy in force before comes back after.
