@@ -163,27 +163,20 @@ TEST_F(Background, TheTailOfAnExitedThreadsSpanIsReturnedOnceLeftAlone) {
 #endif
   Passes(3, 1000);
   void* block = nullptr;
-  char* tail = nullptr;
-  std::size_t tail_bytes = 0;
+  brisk::SpanTail tail;
   std::thread([&] {
-    brisk::chunk_purge_all();
-    void* m = brisk::LeaveTwoResidentFreePages(0x77);
-    ASSERT_NE(m, nullptr);
-    brisk::HoldCentralSpans(brisk::size_to_class(48));
-    block = brisk_malloc(48);
+    block = brisk::FirstBlockOfASpanOverResidentPages(48);
+    ASSERT_NE(block, nullptr) << "the new span did not take the freed resident pages";
     Fill(block, 48, 48);
-    brisk::Span* s = brisk::span_of(block);
-    ASSERT_EQ(s->start, m) << "the new span did not take the freed resident pages";
-    tail = s->start + brisk::kOsPageSize;
-    tail_bytes = (std::size_t{s->page_count} << brisk::kPageShift) - brisk::kOsPageSize;
+    tail = brisk::TailOf(brisk::span_of(block));
   }).join();
-  ASSERT_NE(tail, nullptr);
-  ASSERT_EQ(ResidentIn({tail}, tail_bytes), tail_bytes) << "the premise: the exit left the tail resident";
+  ASSERT_NE(tail.start, nullptr);
+  ASSERT_EQ(ResidentIn({tail.start}, tail.bytes), tail.bytes) << "the premise: the exit left the tail resident";
   Passes(5, 10);  // 50 ms: younger than the purge delay
-  EXPECT_EQ(ResidentIn({tail}, tail_bytes), tail_bytes) << "a young orphan's tail went back";
+  EXPECT_EQ(ResidentIn({tail.start}, tail.bytes), tail.bytes) << "a young orphan's tail went back";
   const std::size_t returned = Passes(2, 1000);
-  EXPECT_EQ(ResidentIn({tail}, tail_bytes), 0u) << "the orphan's tail stayed resident";
-  EXPECT_GE(returned, tail_bytes);
+  EXPECT_EQ(ResidentIn({tail.start}, tail.bytes), 0u) << "the orphan's tail stayed resident";
+  EXPECT_GE(returned, tail.bytes);
   EXPECT_TRUE(Verify(block, 48, 48)) << "the span's live block changed";
   brisk_free(block);
 }

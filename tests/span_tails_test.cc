@@ -193,13 +193,9 @@ void WithAPendingTail(Body body) {
   LowMemoryMode low;
   LongPurgeDelay long_delay;
   std::thread([&] {
-    chunk_purge_all();
-    void* m = LeaveTwoResidentFreePages(0x77);
-    ASSERT_NE(m, nullptr);
-    HoldCentralSpans(size_to_class(48));
     TailFlushes flushes(t_heap);
-    void* b = brisk_malloc(48);
-    ASSERT_EQ(span_of(b)->start, m) << "the new span did not take the freed resident pages";
+    void* b = FirstBlockOfASpanOverResidentPages(48);
+    ASSERT_NE(b, nullptr) << "the new span did not take the freed resident pages";
     ASSERT_EQ(flushes.flushes(), 0u) << "the tail went back at once";
     ASSERT_EQ(t_heap->pending_tail_count, 1u);
     body(b);
@@ -221,30 +217,23 @@ TEST(Span, BalancedLeavesAnExitingThreadsPendingTailsWithTheirSpans) {
   for (brisk_strategy mode : {BRISK_STRATEGY_BALANCED, BRISK_STRATEGY_LOW_MEMORY}) {
     StrategyMode in(mode);
     void* block = nullptr;
-    char* tail = nullptr;
-    std::size_t tail_bytes = 0;
+    SpanTail tail;
     std::thread([&] {
-      chunk_purge_all();
-      void* m = LeaveTwoResidentFreePages(0x77);
-      ASSERT_NE(m, nullptr);
-      HoldCentralSpans(size_to_class(48));
-      block = brisk_malloc(48);
+      block = FirstBlockOfASpanOverResidentPages(48);
+      ASSERT_NE(block, nullptr) << "the new span did not take the freed resident pages";
       brisk_test::Fill(block, 48, 48);
-      Span* s = span_of(block);
-      ASSERT_EQ(s->start, m) << "the new span did not take the freed resident pages";
       ASSERT_EQ(t_heap->pending_tail_count, 1u) << "the new span's tail is not waiting to go back";
-      tail = s->start + kOsPageSize;
-      tail_bytes = (std::size_t{s->page_count} << kPageShift) - kOsPageSize;
-      ASSERT_EQ(brisk_test::ResidentIn({tail}, tail_bytes), tail_bytes);
+      tail = TailOf(span_of(block));
+      ASSERT_EQ(brisk_test::ResidentIn({tail.start}, tail.bytes), tail.bytes);
       // The spans HoldCentralSpans took go back with the exit; this one keeps `block`.
     }).join();
-    ASSERT_NE(tail, nullptr);
+    ASSERT_NE(tail.start, nullptr);
     if (mode == BRISK_STRATEGY_BALANCED) {
-      EXPECT_EQ(brisk_test::ResidentIn({tail}, tail_bytes), tail_bytes) << "the exit gave the tail back";
+      EXPECT_EQ(brisk_test::ResidentIn({tail.start}, tail.bytes), tail.bytes) << "the exit gave the tail back";
       brisk_trim();
-      EXPECT_EQ(brisk_test::ResidentIn({tail}, tail_bytes), 0u) << "brisk_trim kept the exited thread's span tail";
+      EXPECT_EQ(brisk_test::ResidentIn({tail.start}, tail.bytes), 0u) << "brisk_trim kept the exited thread's span tail";
     } else {
-      EXPECT_EQ(brisk_test::ResidentIn({tail}, tail_bytes), 0u) << "the exit kept the tail";
+      EXPECT_EQ(brisk_test::ResidentIn({tail.start}, tail.bytes), 0u) << "the exit kept the tail";
     }
     EXPECT_TRUE(brisk_test::Verify(block, 48, 48)) << "the span's live block changed";
     brisk_free(block);
@@ -259,20 +248,15 @@ TEST(Span, BriskTrimGivesBackTheCallingThreadsSpanTails) {
 #endif
   StrategyMode speed(BRISK_STRATEGY_SPEED);
   std::thread([] {
-    chunk_purge_all();
-    void* m = LeaveTwoResidentFreePages(0x77);
-    ASSERT_NE(m, nullptr);
-    HoldCentralSpans(size_to_class(48));
-    void* b = brisk_malloc(48);
+    void* b = FirstBlockOfASpanOverResidentPages(48);
+    ASSERT_NE(b, nullptr) << "the new span did not take the freed resident pages";
     brisk_test::Fill(b, 48, 48);
     Span* s = span_of(b);
-    ASSERT_EQ(s->start, m) << "the new span did not take the freed resident pages";
     ASSERT_EQ(t_heap->pending_tail_count, 0u);
-    char* tail = s->start + kOsPageSize;
-    const std::size_t tail_bytes = (std::size_t{s->page_count} << kPageShift) - kOsPageSize;
-    ASSERT_EQ(brisk_test::ResidentIn({tail}, tail_bytes), tail_bytes);
+    const SpanTail tail = TailOf(s);
+    ASSERT_EQ(brisk_test::ResidentIn({tail.start}, tail.bytes), tail.bytes);
     brisk_trim();
-    EXPECT_EQ(brisk_test::ResidentIn({tail}, tail_bytes), 0u) << "brisk_trim kept the span's tail";
+    EXPECT_EQ(brisk_test::ResidentIn({tail.start}, tail.bytes), 0u) << "brisk_trim kept the span's tail";
     EXPECT_TRUE(brisk_test::Verify(b, 48, 48)) << "the span's live block changed";
     // The span carves on over its tail: every block of it written and checked.
     std::vector<void*> blocks{b};

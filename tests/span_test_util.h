@@ -4,12 +4,14 @@
 
 #include <brisk/brisk.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
 #include "core/central_pool.h"
 #include "core/chunk.h"
 #include "core/config.h"
+#include "core/size_class.h"
 #include "threadcache/heap.h"
 #include "threadcache/medium.h"
 #include "threadcache/span_pages.h"
@@ -41,6 +43,31 @@ inline void* LeaveTwoResidentFreePages(int fill) {
 inline void HoldCentralSpans(unsigned c) {
   HeapSlowLock lock(t_heap);
   while (Span* s = central_take(c, t_heap)) heap_link_span(t_heap, s);
+}
+
+// On the calling thread: every chunk's free pages purged, then two free pages that held data
+// (LeaveTwoResidentFreePages), the class's central spans held aside, and the first block of
+// `size` from the new span that takes those pages. nullptr if the span took other pages.
+inline void* FirstBlockOfASpanOverResidentPages(std::size_t size) {
+  chunk_purge_all();
+  void* m = LeaveTwoResidentFreePages(0x77);
+  if (m == nullptr) return nullptr;
+  HoldCentralSpans(size_to_class(size));
+  void* b = brisk_malloc(size);
+  if (b == nullptr || span_of(b)->start != m) {
+    brisk_free(b);
+    return nullptr;
+  }
+  return b;
+}
+
+// A small span's tail: its OS pages past the first, where a one-page first carve stops.
+struct SpanTail {
+  char* start = nullptr;
+  std::size_t bytes = 0;
+};
+inline SpanTail TailOf(const Span* s) {
+  return SpanTail{s->start + kOsPageSize, (std::size_t{s->page_count} << kPageShift) - kOsPageSize};
 }
 
 // A strategy for a scope: the strategy in force before comes back after.

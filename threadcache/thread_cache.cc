@@ -42,7 +42,8 @@ namespace {
 // With h's slow lock held, by h's owner (whose fast paths are the only other users of its
 // spans' free lists, and who alone carves them): the OS pages of h's small spans that hold only
 // free blocks go back to the OS (core/span_holes.h), and so do the resident pages past their
-// carved parts (their tails, which speed mode keeps and a tail flush may have left); each span
+// carved parts (their tails: speed mode keeps them, and no mode sends back those of a span made
+// on pages its class just released, nor of a kept span taken again); each span
 // given holes leaves h for its class's central pool as an orphan. Returns the bytes given back.
 std::size_t heap_punch_holes(Heap* h) {
   BRISK_ASSERT(t_heap == h && h->slow_depth != 0 && !h->is_debug && !h->idle_purged);
