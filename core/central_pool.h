@@ -20,7 +20,6 @@ namespace brisk {
 struct CentralPool {
   SpinLock lock;
   SpanList available;               // orphan spans with free blocks or uncarved room
-  Span* available_tail = nullptr;   // its last span (push and remove keep it), for rotate
   // Emptied spans of the class kept whole (Span::kept, threadcache/orphans.cc), newest at the
   // head, through prev and next as available's; taken newest first, given back oldest first.
   Span* kept_head = nullptr;
@@ -33,29 +32,18 @@ struct CentralPool {
   // Under the lock. Every span held here belongs to the orphan owner (see above).
   void push(Span* s) {
     BRISK_ASSERT(lock.is_locked());
-    if (available.head == nullptr) available_tail = s;
     available.push(s);
     nonempty.store(true, std::memory_order_relaxed);
   }
   void remove(Span* s) {
     BRISK_ASSERT(lock.is_locked());
-    if (s == available_tail) available_tail = s->prev;
     available.remove(s);
     nonempty.store(available.head != nullptr || kept_head != nullptr, std::memory_order_relaxed);
   }
-  // The head of available moves to its tail: a walk that must let go of the lock between spans
-  // (punch_orphan_holes) takes the head each time, and available.count moves put the list back
-  // in its order.
+  // SpanList::rotate of available, for punch_orphan_holes' walk.
   void rotate() {
     BRISK_ASSERT(lock.is_locked());
-    Span* s = available.head;
-    if (s == nullptr || s == available_tail) return;
-    available.head = s->next;
-    available.head->prev = nullptr;
-    s->next = nullptr;
-    s->prev = available_tail;
-    available_tail->next = s;
-    available_tail = s;
+    available.rotate();
   }
   void push_kept(Span* s) {
     BRISK_ASSERT(lock.is_locked() && !s->listed && !s->kept);

@@ -222,32 +222,46 @@ BRISK_ALWAYS_INLINE bool span_used_decrement(Span* s) {
 }
 #endif
 
-// Intrusive doubly-linked list of spans through prev/next.
+// Intrusive doubly-linked list of spans through prev/next: push puts a span at the head, so the
+// head is the span listed last and the tail the one listed first.
 struct SpanList {
   Span* head = nullptr;
+  Span* tail = nullptr;
   std::size_t count = 0;
 
   void push(Span* s) {
     BRISK_ASSERT(!s->listed && s->prev == nullptr && s->next == nullptr);
     s->prev = nullptr;
     s->next = head;
-    if (head != nullptr) head->prev = s;
+    if (head != nullptr) head->prev = s; else tail = s;
     head = s;
     s->listed = true;
     ++count;
   }
   void remove(Span* s) {
-    BRISK_ASSERT(s->listed && count > 0 && (s->prev != nullptr || head == s));
+    BRISK_ASSERT(s->listed && count > 0 && (s->prev != nullptr || head == s) && (s->next != nullptr || tail == s));
     if (s->prev != nullptr) s->prev->next = s->next; else head = s->next;
-    if (s->next != nullptr) s->next->prev = s->prev;
+    if (s->next != nullptr) s->next->prev = s->prev; else tail = s->prev;
     s->prev = s->next = nullptr;
     s->listed = false;
     --count;
   }
-  Span* pop() {
+  Span* pop() {  // the span listed last
     Span* s = head;
     if (s != nullptr) remove(s);
     return s;
+  }
+  // The head moves to the tail: a walk that must let go of the list's lock between spans takes
+  // the head each time, and `count` moves put the list back in its order.
+  void rotate() {
+    Span* s = head;
+    if (s == nullptr || s == tail) return;
+    head = s->next;
+    head->prev = nullptr;
+    s->next = nullptr;
+    s->prev = tail;
+    tail->next = s;
+    tail = s;
   }
 };
 

@@ -7,6 +7,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
@@ -47,6 +48,39 @@ TEST(SpanList, PushRemovePopKeepTheLinksAndCount) {
   EXPECT_EQ(l.pop(), &c);
   EXPECT_EQ(l.pop(), &a);
   EXPECT_EQ(l.pop(), nullptr);
+  EXPECT_EQ(l.count, 0u);
+  EXPECT_EQ(l.tail, nullptr);
+}
+
+TEST(SpanList, TheTailIsTheSpanListedFirstThroughRemovesAndRotations) {
+  Span a, b, c, d;
+  SpanList l;
+  l.push(&a);
+  EXPECT_EQ(l.tail, &a);
+  l.push(&b);
+  l.push(&c);
+  l.push(&d);  // d c b a
+  EXPECT_EQ(l.tail, &a);
+  l.remove(&a);  // the tail
+  EXPECT_EQ(l.tail, &b);
+  EXPECT_EQ(b.next, nullptr);
+  l.rotate();  // c b d
+  EXPECT_EQ(l.head, &c);
+  EXPECT_EQ(l.tail, &d);
+  EXPECT_EQ(d.prev, &b);
+  EXPECT_EQ(b.next, &d);
+  EXPECT_EQ(c.prev, nullptr);
+  EXPECT_EQ(l.count, 3u);
+  l.remove(&d);
+  l.remove(&b);
+  EXPECT_EQ(l.tail, &c);
+  l.rotate();  // one span: stays
+  EXPECT_EQ(l.head, &c);
+  EXPECT_EQ(l.tail, &c);
+  EXPECT_EQ(l.pop(), &c);
+  l.rotate();  // none
+  EXPECT_EQ(l.head, nullptr);
+  EXPECT_EQ(l.tail, nullptr);
   EXPECT_EQ(l.count, 0u);
 }
 
@@ -483,6 +517,69 @@ TEST(Span, AFreeIntoTheFullCurrentSpanTakesNoLock) {
     EXPECT_EQ(t_heap->slow_entries.load(), before);
     blocks.push_back(back);
     for (void* p : blocks) brisk_free(p);
+  }).join();
+}
+
+// A thread whose blocks of a class fill many spans, freed in random order, lists each full span
+// at the free that gives it its first block back. The refill that follows an exhausted current
+// span takes the roomier of the span listed last and the span listed first (which has had the
+// longest time to collect frees): always taking the one listed last, with one free block, cost
+// a slow path for almost every allocation (mimalloc-bench's alloc-test; threadcache/heap.cc's
+// pop_roomier_end).
+TEST(Span, ARefillTakesTheSpanThatHasCollectedFreesTheLongest) {
+  std::thread([] {
+    constexpr std::size_t kSize = 256;
+    const unsigned c = size_to_class(kSize);
+    const unsigned capacity = kClasses[c].capacity;
+    ASSERT_GE(capacity, 64u);
+    // Eight spans' worth, then on until the current span is exhausted (no free block, nothing
+    // left to carve), so that the next allocation refills.
+    std::vector<void*> blocks;
+    for (unsigned i = 0; i < 8 * capacity; ++i) blocks.push_back(brisk_malloc(kSize));
+    for (;;) {
+      Span* current = current_span(t_heap, c);
+      if (current->free == nullptr && current->fully_carved()) break;
+      blocks.push_back(brisk_malloc(kSize));
+    }
+    // This thread's blocks by span, spans in the order they served it; the ones it filled whole
+    // (a span taken from the central pool may hold other threads' blocks), less the current one.
+    std::vector<Span*> order;
+    std::vector<std::vector<void*>> of;
+    for (void* p : blocks) {
+      Span* s = span_of(p);
+      std::size_t k = 0;
+      while (k < order.size() && order[k] != s) ++k;
+      if (k == order.size()) {
+        order.push_back(s);
+        of.emplace_back();
+      }
+      of[k].push_back(p);
+    }
+    std::vector<std::size_t> full;
+    for (std::size_t k = 0; k < order.size(); ++k)
+      if (order[k] != current_span(t_heap, c) && of[k].size() == capacity) full.push_back(k);
+    ASSERT_GE(full.size(), 6u);
+    // One block back to each of six full spans, the first one first; then 50 more to the first.
+    constexpr unsigned kMore = 50;
+    std::vector<void*> freed;
+    for (unsigned i = 0; i < 6; ++i) freed.push_back(of[full[i]][0]);
+    for (unsigned i = 1; i <= kMore; ++i) freed.push_back(of[full[0]][i]);
+    for (void* p : freed) brisk_free(p);
+    Span* first = order[full[0]];
+    ASSERT_TRUE(first->listed);
+    const std::uint32_t refills = t_heap->refills;
+    unsigned from_first = 0;
+    std::vector<void*> again;
+    for (unsigned i = 0; i <= kMore; ++i) {
+      again.push_back(brisk_malloc(kSize));
+      if (span_of(again.back()) == first) ++from_first;
+    }
+    EXPECT_EQ(from_first, kMore + 1) << "the allocations went to the spans given one block back since";
+    EXPECT_EQ(t_heap->refills - refills, 1u) << "slow paths for " << kMore + 1 << " allocations";
+    // The blocks still out: every block allocated but those freed, and those allocated again.
+    for (void* p : freed) std::replace(blocks.begin(), blocks.end(), p, static_cast<void*>(nullptr));
+    for (void* p : blocks) brisk_free(p);
+    for (void* p : again) brisk_free(p);
   }).join();
 }
 
