@@ -251,6 +251,17 @@ struct SpanList {
     if (s != nullptr) remove(s);
     return s;
   }
+  // Of the span listed last and the span listed first, the one with more room (a lower `used`;
+  // the last on a tie), taken out; nullptr if empty. A list whose spans are added as they gain
+  // room (a heap's) has at its head the one that gained it last, often a single block:
+  // threadcache/heap.cc's refill has the measurements.
+  Span* pop_roomier_end() {
+    Span* last = head;
+    if (last == nullptr) return nullptr;
+    Span* s = tail->used < last->used ? tail : last;
+    remove(s);
+    return s;
+  }
   // The head moves to the tail: a walk that must let go of the list's lock between spans takes
   // the head each time, and `count` moves put the list back in its order.
   void rotate() {

@@ -84,6 +84,27 @@ TEST(SpanList, TheTailIsTheSpanListedFirstThroughRemovesAndRotations) {
   EXPECT_EQ(l.count, 0u);
 }
 
+TEST(SpanList, PopRoomierEndTakesTheEndWithTheLowerUseTheLastOnATie) {
+  Span a, b, c;
+  a.used = 2;  // listed first, the roomiest
+  b.used = 9;
+  c.used = 8;
+  SpanList l;
+  EXPECT_EQ(l.pop_roomier_end(), nullptr);
+  l.push(&a);
+  l.push(&b);
+  l.push(&c);  // c b a
+  EXPECT_EQ(l.pop_roomier_end(), &a);
+  EXPECT_EQ(l.pop_roomier_end(), &c);  // c 8 against b 9
+  b.used = 9;
+  c.used = 9;
+  l.push(&c);  // c b, a tie
+  EXPECT_EQ(l.pop_roomier_end(), &c);
+  EXPECT_EQ(l.pop_roomier_end(), &b);
+  EXPECT_EQ(l.count, 0u);
+  EXPECT_EQ(l.tail, nullptr);
+}
+
 // The checked build stops at a broken invariant instead of corrupting the list.
 TEST(SpanListDeathTest, PushingASpanTwiceIsAnAssertionInTheCheckedBuild) {
   if (!BRISK_CHECKED) GTEST_SKIP() << "BRISK_ASSERT is compiled out (configure with -DBRISK_CHECKED=ON)";

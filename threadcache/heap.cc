@@ -33,26 +33,6 @@ void free_list_damaged(const Block* b) {
 
 namespace {
 BRISK_NOINLINE void* refill(Heap* h, unsigned c, std::size_t size);
-
-// The span a refill takes from a class's list: of the span listed last and the span listed
-// first, the one with more free blocks (the last on a tie). A full span is listed at the free
-// that gives it its first block back (free_local_refilled), so the span listed last often has
-// one free block, and a thread whose live blocks of the class fill many spans, freed in random
-// order, took a slow path for almost every allocation when it always took that one:
-// mimalloc-bench's alloc-test (blocks of 1 KiB and less, 2^18 slots, 100M steps a thread) spent
-// 16% of its time in refill and free_local_refilled and took 1.31x mimalloc's time. The span
-// listed first has had the longest time to collect frees. Always taking it ran alloc-test in
-// 0.79 of the time, but prodcons in 1.085 [0.977, 1.119] (15 pairs): there the span listed
-// last is the one the producer's drain just wrote free blocks into (cache-hot), and often as
-// roomy. Comparing the two costs a read of each one's `used`.
-Span* pop_roomier_end(SpanList& list) {
-  Span* last = list.head;
-  if (last == nullptr) return nullptr;
-  Span* first = list.tail;
-  Span* s = first->used < last->used ? first : last;
-  list.remove(s);
-  return s;
-}
 }  // namespace
 
 // The mode's test first, before any register is saved: in debug mode every allocation of a
@@ -92,7 +72,17 @@ BRISK_NOINLINE void* refill(Heap* h, unsigned c, std::size_t size) {
       carve(s);
     } else {
       // The current span is full: it stays owned and unlisted until a block comes back to it.
-      s = pop_roomier_end(h->available[c]);
+      // The next: of the span listed last and the span listed first, the roomier. A full span
+      // is listed at the free that gives it its first block back (free_local_refilled), so the
+      // span listed last often has one free block, and a thread whose live blocks of the class
+      // fill many spans, freed in random order, took a slow path for almost every allocation
+      // when it always took that one: mimalloc-bench's alloc-test (blocks of 1 KiB and less,
+      // 2^18 slots, 100M steps a thread) spent 16% of its time in refill and
+      // free_local_refilled and took 1.31x mimalloc's time. The span listed first has had the
+      // longest time to collect frees. Always taking it ran alloc-test in 0.79 of the time, but
+      // prodcons in 1.085 [0.977, 1.119] (15 pairs): there the span listed last is the one the
+      // producer's drain just wrote free blocks into (cache-hot), and often as roomy.
+      s = h->available[c].pop_roomier_end();
       if (s == h->spare[c]) h->spare[c] = nullptr;
       if (s == nullptr) {
         // The thread grows in c: keep what it frees of other threads' c (foreign_cache.h).
