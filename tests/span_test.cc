@@ -96,7 +96,6 @@ TEST(SpanList, PopRoomierEndTakesTheEndWithTheLowerUseTheLastOnATie) {
   l.push(&c);  // c b a
   EXPECT_EQ(l.pop_roomier_end(), &a);
   EXPECT_EQ(l.pop_roomier_end(), &c);  // c 8 against b 9
-  b.used = 9;
   c.used = 9;
   l.push(&c);  // c b, a tie
   EXPECT_EQ(l.pop_roomier_end(), &c);
@@ -545,8 +544,8 @@ TEST(Span, AFreeIntoTheFullCurrentSpanTakesNoLock) {
 // at the free that gives it its first block back. The refill that follows an exhausted current
 // span takes the roomier of the span listed last and the span listed first (which has had the
 // longest time to collect frees): always taking the one listed last, with one free block, cost
-// a slow path for almost every allocation (mimalloc-bench's alloc-test; threadcache/heap.cc's
-// pop_roomier_end).
+// a slow path for almost every allocation (mimalloc-bench's alloc-test; SpanList::pop_roomier_end,
+// called by threadcache/heap.cc's refill).
 TEST(Span, ARefillTakesTheSpanThatHasCollectedFreesTheLongest) {
   std::thread([] {
     constexpr std::size_t kSize = 256;
