@@ -5,7 +5,6 @@
 
 #include "core/chunk.h"
 #include "core/size_class.h"
-#include "threadcache/remote_free.h"
 
 namespace brisk {
 
@@ -21,22 +20,9 @@ Span* span_of_block(const Block* b) {
 void take_all(Heap* h, Block* (&lists)[kNumClasses]) {
   for (unsigned c = 0; c < kNumClasses; ++c) {
     lists[c] = h->foreign[c];
-    h->foreign[c] = nullptr;
+    store_shared(h->foreign[c], static_cast<Block*>(nullptr));  // alloc_refill reads it without out_busy
   }
   store_shared(h->foreign_bytes, std::size_t{0});
-}
-
-// The owner's side of heap_take_outgoing's fence, read with out_busy set: a taker whose mark
-// the owner does not see yet will see out_busy and leave the cache alone; one whose mark it
-// sees owns the cache until it clears the mark (a release, which this acquire pairs with).
-bool taken(Heap* h) {
-  return std::atomic_ref<std::uint8_t>(h->foreign_taken).load(std::memory_order_acquire) != 0;
-}
-
-// Counted as a slow path: a thread served from its cache may take no lock for a long time, and
-// the background pass must not take it for idle.
-void note_activity(Heap* h) {
-  h->slow_entries.store(h->slow_entries.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -46,7 +32,7 @@ bool foreign_cache_add(Heap* h, Span* s, Block* b) {
   if (!h->foreign_wanted[c]) return false;
   const std::size_t size = s->block_size;
   out_busy_begin(h);
-  if (BRISK_UNLIKELY(taken(h))) {
+  if (BRISK_UNLIKELY(foreign_cache_taken(h))) {
     out_busy_end(h);
     return false;
   }
@@ -59,27 +45,9 @@ bool foreign_cache_add(Heap* h, Span* s, Block* b) {
     foreign_cache_flush(h);
     return false;
   }
-  set_link(b, h->foreign[c]);
-  h->foreign[c] = b;
-  store_shared(h->foreign_bytes, h->foreign_bytes + size);
-  note_activity(h);
+  foreign_cache_push(h, c, b, free_code(reinterpret_cast<std::uintptr_t>(b)).link_mask, size);
   out_busy_end(h);
   return true;
-}
-
-void* foreign_cache_take(Heap* h, unsigned c) {
-  out_busy_begin(h);
-  Block* b = taken(h) ? nullptr : h->foreign[c];  // the mark first: a taker may own the cache
-  if (b == nullptr) {
-    out_busy_end(h);
-    return nullptr;
-  }
-  h->foreign[c] = chain_next(b);
-  store_shared(h->foreign_bytes, h->foreign_bytes - kClasses[c].size);
-  note_activity(h);
-  out_busy_end(h);
-  b->key = 0;  // a live block never carries the free key
-  return b;
 }
 
 void foreign_cache_flush(Heap* h) {

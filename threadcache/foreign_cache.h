@@ -33,18 +33,97 @@
 //   low-memory mode, until its next refill of it).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 
 #include "threadcache/heap.h"
+#include "threadcache/remote_free.h"
 
 namespace brisk {
+
+// The owner's side of heap_take_outgoing's fence, read with out_busy set: a taker whose mark
+// the owner does not see yet will see out_busy and leave the cache alone; one whose mark it
+// sees owns the cache until it clears the mark (a release, which this acquire pairs with).
+inline bool foreign_cache_taken(Heap* h) {
+  return std::atomic_ref<std::uint8_t>(h->foreign_taken).load(std::memory_order_acquire) != 0;
+}
+
+// Counted as a slow path: a thread served from its cache may take no lock for a long time, and
+// the background pass must not take it for idle.
+inline void foreign_cache_note_activity(Heap* h) {
+  h->slow_entries.store(h->slow_entries.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+
+// With out_busy set and the cache not taken: b (claimed, of class c, size bytes, link_mask its
+// free code's) joins the cache.
+BRISK_ALWAYS_INLINE void foreign_cache_push(Heap* h, unsigned c, Block* b, std::uintptr_t link_mask,
+                                            std::size_t size) {
+  set_link(b, h->foreign[c], link_mask);
+  h->foreign[c] = b;
+  store_shared(h->foreign_bytes, h->foreign_bytes + size);
+  foreign_cache_note_activity(h);
+}
 
 // By h's owner, in free_slow, h's slow lock not held: keeps b (claimed, in small span s, owned
 // by another heap) for h's next allocation of its class. False: not kept, send it as usual.
 bool foreign_cache_add(Heap* h, Span* s, Block* b);
+
+// free_slow's first try, before free_release_slow: p is the start of a block of a small span
+// that another live heap owns, of a class this thread keeps (foreign_wanted), the cache has room
+// and is not being taken, and p is not free: p is claimed (the exchange of its free key, as in
+// free_release_slow) and kept. It makes free_release_slow's checks in the same order, without
+// a call, so that the remote frees of a thread that reuses other threads' blocks (a ring of
+// threads, xmalloc) skip that path's calls and its saved registers. False, with nothing
+// changed, for anything else: free_release_slow then checks p again in full and reports what
+// is wrong with it (a double free: its exchange finds the key that this one found).
+BRISK_ALWAYS_INLINE bool foreign_cache_keep(void* p) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  if (region_kind(a) != kRegionChunk) return false;
+  Span* s = chunk_of(a)->span_of(a);
+  Heap* h = t_heap;
+  // foreign_wanted is never set in the sentinel and exited heaps (refill leaves for them
+  // before it sets it), so h is attached past this test.
+  if (s->kind != SpanKind::kSmall || !h->foreign_wanted[s->size_class]) return false;
+  if (!s->is_block_start(a - reinterpret_cast<std::uintptr_t>(s->start))) return false;
+  Heap* owner = s->owner.load(std::memory_order_acquire);
+  if (owner == h || owner == nullptr || owner == &g_orphan_heap || heap_is_parked(owner)) return false;
+  const std::size_t size = s->block_size;
+  out_busy_begin(h);
+  // The byte count only inside out_busy, where a taker does not write it. Full: foreign_cache_add
+  // sends the whole cache home.
+  if (BRISK_UNLIKELY(foreign_cache_taken(h)) || BRISK_UNLIKELY(h->foreign_bytes + size > h->foreign_limit)) {
+    out_busy_end(h);
+    return false;
+  }
+  const FreeCode code = free_code(a);
+  auto* b = static_cast<Block*>(p);
+  if (BRISK_UNLIKELY(std::atomic_ref<std::uintptr_t>(b->key).exchange(code.key, std::memory_order_relaxed) == code.key)) {
+    out_busy_end(h);
+    return false;
+  }
+  foreign_cache_push(h, s->size_class, b, code.link_mask, size);
+  out_busy_end(h);
+  return true;
+}
+
 // By h's owner, in alloc_refill of class c, h's slow lock not held: a cached block of class c,
 // live again (free key cleared), or nullptr.
-void* foreign_cache_take(Heap* h, unsigned c);
+BRISK_ALWAYS_INLINE void* foreign_cache_take(Heap* h, unsigned c) {
+  out_busy_begin(h);
+  Block* b = foreign_cache_taken(h) ? nullptr : h->foreign[c];  // the mark first: a taker may own the cache
+  if (b == nullptr) {
+    out_busy_end(h);
+    return nullptr;
+  }
+  h->foreign[c] = chain_next(b);
+  store_shared(h->foreign_bytes, h->foreign_bytes - kClasses[c].size);
+  foreign_cache_note_activity(h);
+  out_busy_end(h);
+  b->key = 0;  // a live block never carries the free key
+  return b;
+}
+
 // Under h's slow lock, by h's owner thread: every cached block goes to its span's owner as a
 // remote free of this thread (or back to the span, if h owns it now).
 void foreign_cache_flush(Heap* h);

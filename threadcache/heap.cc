@@ -33,13 +33,29 @@ void free_list_damaged(const Block* b) {
 
 namespace {
 BRISK_NOINLINE void* refill(Heap* h, unsigned c, std::size_t size);
+BRISK_NOINLINE void* refill_locked(Heap* h, unsigned c, std::size_t size);
+
+// What every refill of an attached heap with its levers read does before it asks the foreign
+// cache.
+BRISK_ALWAYS_INLINE void refill_note(Heap* h, unsigned c) {
+  heap_note_refill(h, c);
+  if (h->foreign_always) h->foreign_wanted[c] = true;
+}
 }  // namespace
 
 // The mode's test first, before any register is saved: in debug mode every allocation of a
-// thread heap comes here. The refill proper is out of line (one jump more for it).
+// thread heap comes here. Then a block of the foreign cache, without a call or a saved register
+// (only an attached heap's cache holds any; levers to read again go the long way): a thread
+// that reuses other threads' blocks (a ring of threads, xmalloc) is served here at most of its
+// allocations. The refill proper is out of line (one jump more for it).
 BRISK_NOINLINE void* alloc_refill(Heap* h, unsigned c, std::size_t size) {
   if (BRISK_UNLIKELY(debug_mode_on()) && !h->is_debug) return g_debug_hooks.alloc(size);
-  return refill(h, c, size);
+  // Read as a relaxed atomic: outside out_busy, another thread taking the cache
+  // (heap_take_outgoing) may be emptying it; foreign_cache_take reads it again inside.
+  if (load_shared(h->foreign[c]) == nullptr || BRISK_UNLIKELY(heap_levers_stale(h))) return refill(h, c, size);
+  refill_note(h, c);
+  if (void* p = foreign_cache_take(h, c)) return p;
+  return refill_locked(h, c, size);
 }
 
 namespace {
@@ -57,9 +73,14 @@ BRISK_NOINLINE void* refill(Heap* h, unsigned c, std::size_t size) {
     return p;
   }
   heap_refresh_levers(h);
-  heap_note_refill(h, c);
-  if (h->foreign_always) h->foreign_wanted[c] = true;
+  refill_note(h, c);
   if (void* p = foreign_cache_take(h, c)) return p;
+  return refill_locked(h, c, size);
+}
+
+// The rest of a refill, under h's slow lock: room in h's own spans, the central pool's, or a
+// new span.
+BRISK_NOINLINE void* refill_locked(Heap* h, unsigned c, std::size_t size) {
   HeapSlowLock lock(h);
   if (!h->incoming.empty()) heap_drain_incoming(h);
   drain_orphans_tried();
@@ -166,10 +187,12 @@ BRISK_NOINLINE void free_maybe_debug(void* p) {
 }  // namespace
 
 // Both tests first, before any register is saved: in debug mode every free of a debug block
-// comes here. The release path proper is out of line (one jump more for it).
+// comes here. Then the remote free that the foreign cache keeps, without a call
+// (foreign_cache_keep). The release path proper is out of line (one jump more for it).
 BRISK_NOINLINE void free_slow(void* p) {
   if (p == nullptr) return;
   if (BRISK_UNLIKELY(g_debug_blocks_may_exist.load(std::memory_order_acquire))) return free_maybe_debug(p);
+  if (foreign_cache_keep(p)) return;
   free_release_slow(p);
 }
 

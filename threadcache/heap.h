@@ -426,8 +426,9 @@ inline bool heap_keeps_enough(const Heap* h, const Span* s) {
 }
 // Re-reads the strategy's levers into h if the strategy changed since h last read them.
 void heap_refresh_levers_slow(Heap* h);
+inline bool heap_levers_stale(const Heap* h) { return h->lever_epoch != options::strategy_epoch(); }
 inline void heap_refresh_levers(Heap* h) {
-  if (BRISK_UNLIKELY(h->lever_epoch != options::strategy_epoch())) heap_refresh_levers_slow(h);
+  if (BRISK_UNLIKELY(heap_levers_stale(h))) heap_refresh_levers_slow(h);
 }
 
 // The thread cache's slow entry points for the layers above (threadcache/thread_cache.cc).

@@ -189,13 +189,6 @@ void note_chain_taken(std::size_t bytes) {
 
 void heap_drain_incoming(Heap* h) { heap_process_blocks(h, h->incoming.take_all()); }
 
-Block* chain_next(const Block* b) {
-  std::uintptr_t next = decoded_link(b);
-  if (kEncodeFreeLinks && next != 0 && ((next & (kMinAlign - 1)) != 0 || region_kind(next) != kRegionChunk))
-    free_list_damaged(b);
-  return reinterpret_cast<Block*>(next);
-}
-
 namespace {
 
 // The spans of h that a drain's blocks made not full again (they had no free block), for the

@@ -47,7 +47,13 @@ extern std::atomic<void (*)(Heap* owner)> g_remote_medium_test_hook;
 // Counts a chain of `bytes` taken from a queue (stats::Stripe::remote_queued_bytes).
 void note_chain_taken(std::size_t bytes);
 // The next block of a chain of remote frees, checked: a chain crosses spans and chunks, so a
-// sound link is null or a 16-byte aligned address in a brisk chunk.
-Block* chain_next(const Block* b);
+// sound link is null or a 16-byte aligned address in a brisk chunk. Inline: the foreign cache's
+// take (foreign_cache.h) makes it once per allocation it serves.
+BRISK_ALWAYS_INLINE Block* chain_next(const Block* b) {
+  std::uintptr_t next = decoded_link(b);
+  if (kEncodeFreeLinks && next != 0 && ((next & (kMinAlign - 1)) != 0 || region_kind(next) != kRegionChunk))
+    free_list_damaged(b);
+  return reinterpret_cast<Block*>(next);
+}
 
 }  // namespace brisk
