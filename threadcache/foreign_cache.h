@@ -69,40 +69,21 @@ BRISK_ALWAYS_INLINE void foreign_cache_push(Heap* h, unsigned c, Block* b, std::
 // by another heap) for h's next allocation of its class. False: not kept, send it as usual.
 bool foreign_cache_add(Heap* h, Span* s, Block* b);
 
-// free_slow's first try, before free_release_slow: p is the start of a block of a small span
-// that another live heap owns, of a class this thread keeps (foreign_wanted), the cache has room
-// and is not being taken, and p is not free: p is claimed (the exchange of its free key, as in
-// free_release_slow) and kept. It makes free_release_slow's checks in the same order, without
-// a call, so that the remote frees of a thread that reuses other threads' blocks (a ring of
-// threads, xmalloc) skip that path's calls and its saved registers. False, with nothing
-// changed, for anything else: free_release_slow then checks p again in full and reports what
-// is wrong with it (a double free: its exchange finds the key that this one found).
-BRISK_ALWAYS_INLINE bool foreign_cache_keep(void* p) {
-  const auto a = reinterpret_cast<std::uintptr_t>(p);
-  if (region_kind(a) != kRegionChunk) return false;
-  Span* s = chunk_of(a)->span_of(a);
-  Heap* h = t_heap;
-  // foreign_wanted is never set in the sentinel and exited heaps (refill leaves for them
-  // before it sets it), so h is attached past this test.
-  if (s->kind != SpanKind::kSmall || !h->foreign_wanted[s->size_class]) return false;
-  if (!s->is_block_start(a - reinterpret_cast<std::uintptr_t>(s->start))) return false;
-  Heap* owner = s->owner.load(std::memory_order_acquire);
-  if (owner == h || owner == nullptr || owner == &g_orphan_heap || heap_is_parked(owner)) return false;
-  const std::size_t size = s->block_size;
+// By h's owner (attached), in free_slow's remote free (heap.cc, free_remote_small), h's slow
+// lock not held: keeps b, a block of class c and `size` bytes of a small span another live heap
+// owns, whose free code is `code`, if the cache is not being taken and has room, claiming it by
+// the exchange of its free key. False, with nothing changed, when it is not kept: the cache is
+// taken or full (free_release_slow's foreign_cache_add then sends the whole cache home), or b is
+// free already (free_release_slow's exchange finds the key that this one found, and reports).
+BRISK_ALWAYS_INLINE bool foreign_cache_keep(Heap* h, unsigned c, Block* b, FreeCode code, std::size_t size) {
   out_busy_begin(h);
-  // The byte count only inside out_busy, where a taker does not write it. Full: foreign_cache_add
-  // sends the whole cache home.
-  if (BRISK_UNLIKELY(foreign_cache_taken(h)) || BRISK_UNLIKELY(h->foreign_bytes + size > h->foreign_limit)) {
+  // The byte count only inside out_busy, where a taker does not write it.
+  if (BRISK_UNLIKELY(foreign_cache_taken(h)) || BRISK_UNLIKELY(h->foreign_bytes + size > h->foreign_limit) ||
+      BRISK_UNLIKELY(std::atomic_ref<std::uintptr_t>(b->key).exchange(code.key, std::memory_order_relaxed) == code.key)) {
     out_busy_end(h);
     return false;
   }
-  const FreeCode code = free_code(a);
-  auto* b = static_cast<Block*>(p);
-  if (BRISK_UNLIKELY(std::atomic_ref<std::uintptr_t>(b->key).exchange(code.key, std::memory_order_relaxed) == code.key)) {
-    out_busy_end(h);
-    return false;
-  }
-  foreign_cache_push(h, s->size_class, b, code.link_mask, size);
+  foreign_cache_push(h, c, b, code.link_mask, size);
   out_busy_end(h);
   return true;
 }
