@@ -221,6 +221,12 @@ BRISK_ALWAYS_INLINE bool span_used_decrement(Span* s) {
   return n == 0;
 }
 #endif
+// The same for k blocks at once, off the fast paths (a drain's run of blocks of one span).
+BRISK_ALWAYS_INLINE bool span_used_subtract(Span* s, std::uint32_t k) {
+  std::uint32_t n = s->used - k;
+  std::atomic_ref<std::uint32_t>(s->used).store(n, std::memory_order_release);
+  return n == 0;
+}
 
 // Intrusive doubly-linked list of spans through prev/next: push puts a span at the head, so the
 // head is the span listed last and the tail the one listed first.
