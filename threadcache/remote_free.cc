@@ -256,9 +256,10 @@ Block* process_owned_run(Heap* h, Block* b, Refilled* refilled, std::size_t* byt
   store_shared(s->free, b);  // the idle purge reads it (background.cc)
   // Read before the subtraction: s is not to be read after one that empties it.
   const bool refills = old == nullptr && s->kind == SpanKind::kSmall;
-  // What the run's first free would do one block at a time: a full span given a block back,
-  // which that block does not empty, is listed again (free_local_refilled reads neither the list
-  // nor the count just written).
+  // What the run's first free would have done one block at a time: a full span given a block
+  // back, which that block alone does not empty, is listed again. Called before the subtraction,
+  // which the first free would have made one block of: free_local_refilled reads neither the
+  // span's free list nor its count.
   if (old == nullptr && s->used > 1) free_local_refilled(s, h);
   if (span_used_subtract(s, k)) {  // release order, as free_to_own_span's decrement
     refilled->forget(s);
