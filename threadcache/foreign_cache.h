@@ -65,8 +65,9 @@ BRISK_ALWAYS_INLINE void foreign_cache_push(Heap* h, unsigned c, Block* b, std::
   foreign_cache_note_activity(h);
 }
 
-// By h's owner, in free_slow, h's slow lock not held: keeps b (claimed, in small span s, owned
-// by another heap) for h's next allocation of its class. False: not kept, send it as usual.
+// By h's owner, in free_release_slow, h's slow lock not held: keeps b (claimed, in small span
+// s, owned by another heap) for h's next allocation of its class. False: not kept, send it as
+// usual.
 bool foreign_cache_add(Heap* h, Span* s, Block* b);
 
 // By h's owner (attached), in free_slow's remote free (heap.cc, free_remote_small), h's slow
