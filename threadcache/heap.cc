@@ -243,7 +243,7 @@ BRISK_NOINLINE void free_release_slow(void* p) {
   Heap* owner = s->owner.load(std::memory_order_acquire);
   // No owner: the span was given back (it holds no live block) after checked_block saw it in
   // use, so this is a double or invalid free racing with its release. Reported as
-  // process_owned_block reports one found later; sent on, it reached outgoing_add(nullptr).
+  // process_owned_run reports one found later; sent on, it reached outgoing_add(nullptr).
   if (BRISK_UNLIKELY(owner == nullptr)) fatal_pointer_error("invalid free of", p, "its span is not in use");
   Heap* h = t_heap;
   if (owner == h) {

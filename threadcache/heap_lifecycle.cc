@@ -241,7 +241,7 @@ void heap_retire(Heap* h) {
 // forking thread's own (waiting for a take under way), so that the child, which keeps the
 // parked heap, finds it free when its join returns. A block that reaches the heap's queue after
 // the take, sent by a thread that had read the old owner, is forwarded to its span's present
-// owner (process_owned_block).
+// owner (process_owned_run).
 //
 // A heap is taken only after kParkedTakeAfterMs parked: a join that returns at once costs
 // nothing but the marks. A take costs about what its thread's exit would, in the free that
