@@ -169,7 +169,10 @@ constexpr Option kTable[] = {
     // block.h, realloc_in_place).
     {Id::kDebugReallocMoves, "BRISK_DEBUG_REALLOC_MOVES", {0, 0, 0}, 0, 1},
     // Lazy carving's first write to a fresh OS page, made present by one MADV_POPULATE_WRITE
-    // instead of a page fault (threadcache/span_pages.cc, populate_carved). Against the build
+    // instead of a page fault (threadcache/span_pages.cc, populate_carved) while that measures
+    // cheaper in the running process (core/page_cost.h: on the same kind of VM a month later,
+    // kernel 6.18, a fault took 4.0 us and a populated page 4.6, and carving measures both since
+    // then; the numbers below are from when populate was always taken). Against the build
     // before it (two runs of 7 pairs of the stress suite, AMD EPYC VM whose faults cost 10 us):
     // larson-classic 0.908 [0.870, 0.930] and 0.925 [0.898, 0.961] of the time, churn 0.920
     // [0.900, 0.971] and 0.945 [0.867, 0.998], alloc-test 0.950 [0.932, 0.969] and 0.923 [0.902,

@@ -92,6 +92,9 @@ int pagemap_descriptor_for_test();
 // A coarse monotonic clock in milliseconds (vDSO, no system call): for purge decay and the
 // background thread only. A test may replace it (set_clock_for_test; nullptr restores it).
 std::uint64_t now_ms();
+// A fine monotonic clock in nanoseconds (vDSO, no system call): for timing a page's fault or
+// populate call (core/page_cost.h). Not replaced by set_clock_for_test.
+std::uint64_t now_ns();
 void set_clock_for_test(std::uint64_t (*clock)());
 // Runs fn(arg) on a new detached thread with every signal blocked (so the process's signals
 // go to its own threads). False if the thread could not be created.

@@ -442,6 +442,12 @@ void sleep_ms(std::uint64_t ms) {
   }
 }
 
+std::uint64_t now_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000 + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
 std::uint64_t now_ms() {
   if (auto clock = g_test_clock.load(std::memory_order_acquire); BRISK_UNLIKELY(clock != nullptr)) return clock();
   timespec ts{};

@@ -19,6 +19,7 @@
 #include "core/chunk.h"
 #include "core/config.h"
 #include "core/options.h"
+#include "core/page_cost.h"
 #include "core/platform.h"
 #include "core/size_class.h"
 #include "core/stats.h"
@@ -137,9 +138,69 @@ TEST(Span, CarvesOneOsPageAtATimeAndCountsUse) {
   }).join();
 }
 
+// Fixes the measured costs of the two ways of making a fresh page present (core/page_cost.h)
+// for a scope, so that every fresh page carving reaches takes `way` (no sample pages), and
+// starts the measurement afresh after it.
+class PageWayFixed {
+ public:
+  explicit PageWayFixed(page_cost::Way way) {
+    const bool fault = way == page_cost::Way::kFault;
+    page_cost::set_for_test({fault ? 1000u : 1000000u, fault ? 1000000u : 1000u, page_cost::kWarmSamples,
+                             page_cost::kWarmSamples},
+                            true);
+  }
+  ~PageWayFixed() { page_cost::set_for_test({0, 0, 0, 0}, false); }
+  PageWayFixed(const PageWayFixed&) = delete;
+  PageWayFixed& operator=(const PageWayFixed&) = delete;
+};
+
+// The measurement: populate until each way has kWarmSamples samples, then the cheaper; one page
+// in kSampleEvery (a hash of its address) the other way; a sample far above the mean counts as
+// 8 times it.
+TEST(PageCost, ChoosesPopulateUntilBothWaysAreMeasuredThenTheCheaperWithSamplePagesTheOtherWay) {
+  using page_cost::Way;
+  page_cost::set_for_test({0, 0, 0, 0}, false);
+  std::uintptr_t sample = 0, plain = 0;
+  unsigned samples = 0;
+  for (std::uintptr_t page = std::uintptr_t{1} << 30; page < (std::uintptr_t{1} << 30) + 1600 * kOsPageSize;
+       page += kOsPageSize) {
+    if (!page_cost::is_sample_page(page)) {
+      plain = page;
+      continue;
+    }
+    sample = page;
+    ++samples;
+  }
+  EXPECT_GT(samples, 1600u / page_cost::kSampleEvery / 2);  // about one in 16 ...
+  EXPECT_LT(samples, 1600u / page_cost::kSampleEvery * 2);
+  unsigned span_starts = 0;  // ... and not every span's first OS page
+  for (std::uintptr_t k = 0; k < 64; ++k) span_starts += page_cost::is_sample_page((std::uintptr_t{1} << 30) + k * kPageSize);
+  EXPECT_LT(span_starts, 16u);
+  EXPECT_EQ(page_cost::choose(plain), Way::kPopulate);
+  EXPECT_EQ(page_cost::choose(sample), Way::kFault);
+  for (unsigned i = 0; i < page_cost::kWarmSamples; ++i) page_cost::record(Way::kFault, 1000);
+  for (unsigned i = 0; i + 1 < page_cost::kWarmSamples; ++i) page_cost::record(Way::kPopulate, 3000);
+  EXPECT_EQ(page_cost::choose(plain), Way::kPopulate) << "chose before populate had its samples";
+  page_cost::record(Way::kPopulate, 3000);
+  EXPECT_EQ(page_cost::choose(plain), Way::kFault);
+  EXPECT_EQ(page_cost::choose(sample), Way::kPopulate);
+  EXPECT_EQ(page_cost::costs().fault_ns, 1000u);
+  EXPECT_EQ(page_cost::costs().populate_ns, 3000u);
+  // The costs move (populate gets cheaper, as beside a thread that maps and unmaps faults get
+  // dearer): the choice follows the means.
+  for (int i = 0; i < 40; ++i) page_cost::record(Way::kPopulate, 200);
+  EXPECT_LT(page_cost::costs().populate_ns, 1000u);
+  EXPECT_EQ(page_cost::choose(plain), Way::kPopulate);
+  // A preempted sample moves the mean by at most 7/8 of it.
+  const std::uint64_t before = page_cost::costs().fault_ns;
+  page_cost::record(Way::kFault, 1000000000);
+  EXPECT_LE(page_cost::costs().fault_ns, before + before * 7 / 8);
+  page_cost::set_for_test({0, 0, 0, 0}, false);
+}
+
 // Carving makes the fresh OS page it is about to write first present with one system call
 // (platform::populate) instead of faulting it in, once per page, at the carve that first
-// reaches it. 1280-byte blocks do not divide 4 KiB: the fourth block crosses into the second
+// reaches it, where that way measured cheaper (fixed here). 1280-byte blocks do not divide 4 KiB: the fourth block crosses into the second
 // OS page and is carved alone, and the next carve starts inside that page. A span on the same
 // page once it held data asks only for the pages past what the last one carved: its chunk's
 // record says the others are in.
@@ -171,6 +232,7 @@ bool OsPageIn(const Span* s, unsigned os_page) {
 
 TEST(Span, CarvingAsksTheKernelForTheFreshPagesItWritesFirst) {
   if (!PopulateWorksHere()) GTEST_SKIP() << "BRISK_POPULATE=0, or a kernel without MADV_POPULATE_WRITE (Linux 5.14)";
+  PageWayFixed populate(page_cost::Way::kPopulate);
   const bool pages_told_apart = !brisk_test::HugePagesAlways();
   std::thread([pages_told_apart] {
     constexpr std::size_t kSize = 1200;  // the 1280-byte class, one-page spans
@@ -217,6 +279,7 @@ TEST(Span, CarvingAsksTheKernelForTheFreshPagesItWritesFirst) {
 // 4-7, 8-11 and 12-15 in one call each, and a batch's pages are in before their carve.
 TEST(Span, InSpeedModeAGrowingSpanAsksForItsNextPagesFourAtATime) {
   if (!PopulateWorksHere()) GTEST_SKIP() << "BRISK_POPULATE=0, or a kernel without MADV_POPULATE_WRITE (Linux 5.14)";
+  PageWayFixed populate(page_cost::Way::kPopulate);
   const brisk_strategy before_strategy = brisk_get_strategy();
   brisk_set_strategy(BRISK_STRATEGY_SPEED);
   if (options::get(options::Id::kPopulate) != 4) {
@@ -250,6 +313,7 @@ TEST(Span, InSpeedModeAGrowingSpanAsksForItsNextPagesFourAtATime) {
 // the block before them reaches.
 TEST(Span, CarvingBlocksAbove4KiBAsksOnlyForAPageABlockStarts) {
   if (!PopulateWorksHere()) GTEST_SKIP() << "BRISK_POPULATE=0, or a kernel without MADV_POPULATE_WRITE (Linux 5.14)";
+  PageWayFixed populate(page_cost::Way::kPopulate);
   std::thread([] {
     constexpr std::size_t kSize = 5000;
     ASSERT_EQ(kClasses[size_to_class(kSize)].size, 5120u);
@@ -261,6 +325,29 @@ TEST(Span, CarvingBlocksAbove4KiBAsksOnlyForAPageABlockStarts) {
     while (blocks.size() < 6) blocks.push_back(brisk_malloc(kSize));
     ASSERT_EQ(s->carved_blocks, 6u);
     EXPECT_EQ(stats::g.os_populate_calls.load() - before, 2u);
+    for (void* p : blocks) brisk_free(p);
+  }).join();
+}
+
+// Where a fault measured cheaper than a populate call, carving asks the kernel for nothing: its
+// own writes fault the pages in (1408-byte blocks, a class no test above uses, so that its span
+// is new on a clean page).
+TEST(Span, CarvingFaultsTheFreshPagesInWhereAFaultMeasuredCheaper) {
+  if (options::get(options::Id::kPopulate) == 0) GTEST_SKIP() << "BRISK_POPULATE=0";
+  PageWayFixed fault(page_cost::Way::kFault);
+  const bool pages_told_apart = !brisk_test::HugePagesAlways();
+  std::thread([pages_told_apart] {
+    constexpr std::size_t kSize = 1400;
+    ASSERT_EQ(kClasses[size_to_class(kSize)].size, 1408u);
+    const std::uint64_t before = stats::g.os_populate_calls.load();
+    std::vector<void*> blocks;
+    Span* s = FirstBlockOfASpanOnACleanPage(kSize, blocks);
+    ASSERT_NE(s, nullptr);
+    while (s->carved_bytes() <= 2 * kOsPageSize) blocks.push_back(brisk_malloc(kSize));
+    const auto last = static_cast<unsigned>((s->carved_bytes() - 1) / kOsPageSize);  // 2
+    EXPECT_EQ(stats::g.os_populate_calls.load() - before, 0u) << "asked the kernel for a page";
+    for (unsigned p = 0; p <= last; ++p) EXPECT_TRUE(OsPageIn(s, p)) << "OS page " << p;
+    if (pages_told_apart) EXPECT_FALSE(OsPageIn(s, last + 1));
     for (void* p : blocks) brisk_free(p);
   }).join();
 }

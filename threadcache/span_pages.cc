@@ -6,6 +6,7 @@
 
 #include "core/assert.h"
 #include "core/options.h"
+#include "core/page_cost.h"
 #include "core/platform.h"
 #include "core/report.h"
 #include "core/span_holes.h"
@@ -32,25 +33,25 @@ bool os_page_fresh(const Span* s, const Chunk* ch, std::uintptr_t p) {
 }
 
 // The OS page a carve of `bytes` of blocks from `first` writes first, if it is fresh, made
-// present by one system call (platform::populate) instead of a page fault: on the AMD EPYC VM of
-// the README's third machine a fault cost 10.2 us and a page populated alone 7.3 (a loop over
-// 32 MiB, one write per page after each). A carve holds at most one OS page start: up to
-// 4 KiB, its blocks end within the page of `first` unless one block crosses that page's end
-// and is carved alone; above 4 KiB, it cuts one block, whose first 16 bytes it writes. That
-// page start is the first at or after `first`: a carve that starts inside a page starts where
-// an earlier carve's block reached, and that carve asked for the page. Above 4 KiB only a block
-// that starts a page asks (one starting inside a page shares it with the block before, which
-// the program may have written already), and for that page only: a program may write a big
-// block only in part, and the rest is its to fault.
+// present the way that costs less here (core/page_cost.h): one system call (platform::populate)
+// or the page fault of a write, timed either way for the measurement. A carve holds at most one
+// OS page start: up to 4 KiB, its blocks end within the page of `first` unless one block
+// crosses that page's end and is carved alone; above 4 KiB, it cuts one block, whose first 16
+// bytes it writes. That page start is the first at or after `first`: a carve that starts inside
+// a page starts where an earlier carve's block reached, and that carve made the page present.
+// Above 4 KiB only a block that starts a page asks (one starting inside a page shares it with
+// the block before, which the program may have written already), and for that page only: a
+// program may write a big block only in part, and the rest is its to fault.
 // With BRISK_POPULATE n above 1 (speed), a span of a class up to 4 KiB (one 64 KiB page) that
 // has carved 4 OS pages asks for the next ones n at a time, from a multiple of n (or the first
-// fresh page after one that is not) to the next: 5.7 us a page in calls of 4. The carves that
-// reach a batch's later pages ask for nothing. Those pages are fresh as a rule (a page's record
-// is mostly the union of carved parts, which start at the page's start); where not (a span
-// rebuilt after an idle purge in place, whose kept head leaves a gap), or where the lever
-// changed in the middle of a span, a call finds pages present or a page faults as before:
-// populate never changes contents. A span that stops growing keeps up to n - 1 such pages
-// resident, which its carved part and so its release's record do not count.
+// fresh page after one that is not) to the next: 5.7 us a page in calls of 4 on the machine
+// where that was measured. The carves that reach a batch's later pages ask for nothing (and
+// fault them in, where the batch's first page was faulted in). Those pages are fresh as a rule
+// (a page's record is mostly the union of carved parts, which start at the page's start); where
+// not (a span rebuilt after an idle purge in place, whose kept head leaves a gap), or where the
+// lever changed in the middle of a span, a call finds pages present or a page faults as
+// before: populate never changes contents. A span that stops growing keeps up to n - 1 such
+// pages resident, which its carved part and so its release's record do not count.
 void populate_carved(const Span* s, std::uintptr_t first, std::size_t bytes) {
   const auto n = static_cast<unsigned>(options::get(options::Id::kPopulate));
   if (n == 0) return;
@@ -64,17 +65,25 @@ void populate_carved(const Span* s, std::uintptr_t first, std::size_t bytes) {
   const auto start = reinterpret_cast<std::uintptr_t>(s->start);
   const auto j = static_cast<unsigned>((page - start) / kOsPageSize);  // the span's OS page
   constexpr unsigned kGrowing = 4;  // OS pages a span carves before its pages go n at a time
-  if (n == 1 || !up_to_os_page || j < kGrowing) {
-    platform::populate(reinterpret_cast<void*>(page), kOsPageSize);
+  unsigned pages = 1;
+  if (n > 1 && up_to_os_page && j >= kGrowing) {
+    // Batches start at kGrowing and at the multiples of n past it, or at a fresh page whose
+    // predecessor is not. Inside one an earlier carve asked for: nothing to ask.
+    const unsigned batch = std::max(j - j % n, kGrowing);
+    if (j != batch && os_page_fresh(s, ch, page - kOsPageSize)) return;
+    const auto span_end = static_cast<unsigned>(round_to_os_page(s->span_bytes) / kOsPageSize);
+    pages = std::min((j / n + 1) * n, span_end) - j;
+  }
+  const std::uint64_t t0 = platform::now_ns();
+  if (page_cost::choose(page) == page_cost::Way::kFault) {
+    // The byte written lies in a block this carve cuts (from `first` on, past which `page` is),
+    // so no data is there yet; carve writes its link and key after.
+    *reinterpret_cast<volatile char*>(page) = 0;
+    page_cost::record(page_cost::Way::kFault, platform::now_ns() - t0);
     return;
   }
-  // Batches start at kGrowing and at the multiples of n past it, or at a fresh page whose
-  // predecessor is not. Inside one an earlier carve asked for: nothing to ask.
-  const unsigned batch = std::max(j - j % n, kGrowing);
-  if (j != batch && os_page_fresh(s, ch, page - kOsPageSize)) return;
-  const auto span_end = static_cast<unsigned>(round_to_os_page(s->span_bytes) / kOsPageSize);
-  const unsigned stop = std::min((j / n + 1) * n, span_end);
-  platform::populate(reinterpret_cast<void*>(page), std::size_t{stop - j} * kOsPageSize);
+  if (platform::populate(reinterpret_cast<void*>(page), std::size_t{pages} * kOsPageSize))
+    page_cost::record(page_cost::Way::kPopulate, (platform::now_ns() - t0) / pages);
 }
 
 }  // namespace
