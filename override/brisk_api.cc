@@ -12,6 +12,7 @@
 #include "core/central_pool.h"
 #include "core/config.h"
 #include "core/options.h"
+#include "core/page_cost.h"
 #include "core/large.h"
 #include "core/platform.h"
 #include "core/stats.h"
@@ -101,6 +102,10 @@ void fill_stats(brisk_stats* out) {
   out->bytes_resident = t.resident_estimate + large_live_mapped + out->large_cache_resident_bytes;
   out->process_rss_bytes = platform::process_resident_bytes();
   out->kept_span_bytes = CentralPool::g_kept_span_bytes.load(std::memory_order_relaxed);
+  out->os_populate_calls = stats::g.os_populate_calls.load(std::memory_order_relaxed);
+  const page_cost::Costs costs = page_cost::costs();
+  out->page_fault_ns = costs.fault_ns;
+  out->page_populate_ns = costs.populate_ns;
 }
 
 // brisk_stats as programs built before brisk_get_stats_sized know it (the symbol

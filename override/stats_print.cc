@@ -22,7 +22,8 @@ namespace {
   X(medium_bytes_in_use) X(large_bytes_in_use) X(small_live_blocks) X(medium_live_blocks)       \
   X(thread_cache_bytes) X(central_pool_bytes) X(remote_queued_bytes)                            \
   X(large_cache_resident_bytes) X(chunk_bytes_free) X(chunk_bytes_free_resident) X(bytes_mapped) \
-  X(bytes_resident) X(process_rss_bytes) X(kept_span_bytes)
+  X(bytes_resident) X(process_rss_bytes) X(kept_span_bytes) X(os_populate_calls) X(page_fault_ns)  \
+  X(page_populate_ns)
 #define BRISK_COUNT_FIELD(name) +1
 static_assert(sizeof(brisk_stats) == sizeof(uint64_t) * (0 BRISK_STATS_FIELDS(BRISK_COUNT_FIELD)),
               "BRISK_STATS_FIELDS lists every field of brisk_stats");
