@@ -2,7 +2,6 @@
 
 #include <atomic>
 
-
 namespace brisk::page_cost {
 
 namespace {

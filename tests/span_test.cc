@@ -200,10 +200,10 @@ TEST(PageCost, ChoosesPopulateUntilBothWaysAreMeasuredThenTheCheaperWithSamplePa
 
 // Carving makes the fresh OS page it is about to write first present with one system call
 // (platform::populate) instead of faulting it in, once per page, at the carve that first
-// reaches it, where that way measured cheaper (fixed here). 1280-byte blocks do not divide 4 KiB: the fourth block crosses into the second
-// OS page and is carved alone, and the next carve starts inside that page. A span on the same
-// page once it held data asks only for the pages past what the last one carved: its chunk's
-// record says the others are in.
+// reaches it, where that way measured cheaper (fixed here). 1280-byte blocks do not divide
+// 4 KiB: the fourth block crosses into the second OS page and is carved alone, and the next
+// carve starts inside that page. A span on the same page once it held data asks only for the
+// pages past what the last one carved: its chunk's record says the others are in.
 bool PopulateWorksHere() {
   if (options::get(options::Id::kPopulate) == 0) return false;
   if (brisk_test::KernelAtLeast(5, 14)) return true;  // the test fails if it does not
