@@ -32,7 +32,7 @@
 //   os_pages[i]  (one 16-bit word per page, bit j for its 4 KiB OS page j) of a dirty page: the
 //                OS pages that held data, so a claim can tell a page whose every OS page is
 //                resident from one where a span touched only the first. A span touches its
-//                pages from their start (lazy carving, span_pages.cc), so a page released by a
+//                pages from their start (lazy carving, carve.cc), so a page released by a
 //                span that carved 8 KiB of it is mostly unfaulted: taking it for a span of 48 KiB
 //                blocks faults 10 OS pages while another dirty page may be resident whole.
 //                Owned like dirty: the releaser ORs in the OS pages its span wrote
@@ -40,8 +40,9 @@
 //                keeps it for a dirty one (still resident), and a decommit inside a claimed page
 //                clears its bits (chunk_forget_os_pages). Meaningful only while the page's
 //                dirty bit is set; a hint, like the bitmaps (a lazy purge leaves it as it was).
-//                Read by claims, and by the claimer's carving (span_pages.cc: an OS page it
-//                records as unwritten is asked of the kernel before the carve writes it).
+//                Read by claims, and by the claimer's carving (carve.cc: an OS page it
+//                records as unwritten is made present, by a fault or a call, as it measures
+//                cheaper, before the carve writes it).
 // So the dirty bit of a free page never changes, but any read of the bitmaps before a
 // successful claim may be stale: between the read and the compare-and-swap, another thread can
 // claim the pages, write them and release them, leaving free_pages as it was. Such reads only

@@ -169,7 +169,7 @@ constexpr Option kTable[] = {
     // block.h, realloc_in_place).
     {Id::kDebugReallocMoves, "BRISK_DEBUG_REALLOC_MOVES", {0, 0, 0}, 0, 1},
     // Lazy carving's first write to a fresh OS page, made present by one MADV_POPULATE_WRITE
-    // instead of a page fault (threadcache/span_pages.cc, populate_carved) while that measures
+    // instead of a page fault (threadcache/carve.cc, populate_carved) while that measures
     // cheaper in the running process (core/page_cost.h: on the same kind of VM two days later,
     // kernel 6.18, a fault took 4.0 us and a populated page 4.6, and carving measures both since
     // then; the numbers below are from when populate was always taken). Against the build

@@ -8,7 +8,7 @@
 // a fault on Linux 6.4 and later does not): `bench/os/page_cost.c` measures both. So carving
 // measures them as it goes, in the process that runs, and uses the cheaper one.
 //
-// Carving (threadcache/span_pages.cc, populate_carved) asks choose() for each fresh OS page it
+// Carving (threadcache/carve.cc, populate_carved) asks choose() for each fresh OS page it
 // is about to write first, makes the page present that way, timing it, and gives the time to
 // record(). One page in kSampleEvery (is_sample_page) takes the other way, so that the way not
 // in use keeps a current cost: a machine whose costs change under load (another thread mapping

@@ -65,7 +65,7 @@ struct alignas(BRISK_CACHELINE) Span {
   // A small span's 64 KiB pages (bit i: page i) that held data when it claimed them and were not
   // given back then: resident past its carved part, until carving reaches them (statistics; and
   // carving asks the kernel for the fresh OS pages it writes only where the bit is clear or the
-  // chunk's os_pages record says so, span_pages.cc).
+  // chunk's os_pages record says so, carve.cc).
   std::uint8_t resident_pages = 0;
   // An emptied small span kept whole by its class's central pool for the class's next span
   // (threadcache/orphans.cc, keep_empty_span): on that pool's kept list; when it went there

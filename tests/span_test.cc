@@ -154,50 +154,6 @@ class PageWayFixed {
   PageWayFixed& operator=(const PageWayFixed&) = delete;
 };
 
-// The measurement: populate until each way has kWarmSamples samples, then the cheaper; one page
-// in kSampleEvery (a hash of its address) the other way; a sample far above the mean counts as
-// 8 times it.
-TEST(PageCost, ChoosesPopulateUntilBothWaysAreMeasuredThenTheCheaperWithSamplePagesTheOtherWay) {
-  using page_cost::Way;
-  page_cost::set_for_test({0, 0, 0, 0}, false);
-  std::uintptr_t sample = 0, plain = 0;
-  unsigned samples = 0;
-  for (std::uintptr_t page = std::uintptr_t{1} << 30; page < (std::uintptr_t{1} << 30) + 1600 * kOsPageSize;
-       page += kOsPageSize) {
-    if (!page_cost::is_sample_page(page)) {
-      plain = page;
-      continue;
-    }
-    sample = page;
-    ++samples;
-  }
-  EXPECT_GT(samples, 1600u / page_cost::kSampleEvery / 2);  // about one in 16 ...
-  EXPECT_LT(samples, 1600u / page_cost::kSampleEvery * 2);
-  unsigned span_starts = 0;  // ... and not every span's first OS page
-  for (std::uintptr_t k = 0; k < 64; ++k) span_starts += page_cost::is_sample_page((std::uintptr_t{1} << 30) + k * kPageSize);
-  EXPECT_LT(span_starts, 16u);
-  EXPECT_EQ(page_cost::choose(plain), Way::kPopulate);
-  EXPECT_EQ(page_cost::choose(sample), Way::kFault);
-  for (unsigned i = 0; i < page_cost::kWarmSamples; ++i) page_cost::record(Way::kFault, 1000);
-  for (unsigned i = 0; i + 1 < page_cost::kWarmSamples; ++i) page_cost::record(Way::kPopulate, 3000);
-  EXPECT_EQ(page_cost::choose(plain), Way::kPopulate) << "chose before populate had its samples";
-  page_cost::record(Way::kPopulate, 3000);
-  EXPECT_EQ(page_cost::choose(plain), Way::kFault);
-  EXPECT_EQ(page_cost::choose(sample), Way::kPopulate);
-  EXPECT_EQ(page_cost::costs().fault_ns, 1000u);
-  EXPECT_EQ(page_cost::costs().populate_ns, 3000u);
-  // The costs move (populate gets cheaper, as beside a thread that maps and unmaps faults get
-  // dearer): the choice follows the means.
-  for (int i = 0; i < 40; ++i) page_cost::record(Way::kPopulate, 200);
-  EXPECT_LT(page_cost::costs().populate_ns, 1000u);
-  EXPECT_EQ(page_cost::choose(plain), Way::kPopulate);
-  // A preempted sample moves the mean by at most 7/8 of it.
-  const std::uint64_t before = page_cost::costs().fault_ns;
-  page_cost::record(Way::kFault, 1000000000);
-  EXPECT_LE(page_cost::costs().fault_ns, before + before * 7 / 8);
-  page_cost::set_for_test({0, 0, 0, 0}, false);
-}
-
 // Carving makes the fresh OS page it is about to write first present with one system call
 // (platform::populate) instead of faulting it in, once per page, at the carve that first
 // reaches it, where that way measured cheaper (fixed here). 1280-byte blocks do not divide

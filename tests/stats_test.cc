@@ -428,7 +428,9 @@ TEST(Stats, ReportHowCarvingMadeFreshPagesPresent) {
       namespace platform = brisk::platform;
       constexpr std::size_t kPage = brisk::kOsPageSize;
       void* probe = platform::map(kPage);  // populate refused (a seccomp filter): never measured
-      if (probe != nullptr && platform::populate(probe, kPage)) EXPECT_GT(s.page_populate_ns, 0u);
+      if (probe != nullptr && platform::populate(probe, kPage)) {
+        EXPECT_GT(s.page_populate_ns, 0u);
+      }
       if (probe != nullptr) platform::unmap(probe, kPage);
       EXPECT_LT(s.page_fault_ns, 1000000000u);  // a page in under a second
     }
