@@ -1,5 +1,6 @@
 #include "core/page_cost.h"
 
+#include <algorithm>
 #include <atomic>
 
 namespace brisk::page_cost {
@@ -33,12 +34,21 @@ Way choose(std::uintptr_t page) {
 void record(Way way, std::uint64_t ns) {
   if (g_fixed.load(std::memory_order_relaxed)) return;
   WayCost& c = of(way);
+  const WayCost& other = of(way == Way::kFault ? Way::kPopulate : Way::kFault);
   const std::uint32_t n = c.samples.load(std::memory_order_relaxed);
   std::uint64_t mean = c.mean_ns.load(std::memory_order_relaxed);
+  // The cap: 8 times the lower of the two means (the other's once it is warm). Against the
+  // way's own mean alone, a few preempted samples in a row (a thread descheduled inside the
+  // timed window, or a populate call waiting for mmap_lock behind a munmap) each raised it by
+  // 7/8, and one run of larson left populate's mean at 1.2 ms a page, which then took dozens
+  // of samples to come down.
+  std::uint64_t cap = 8 * mean;
+  if (other.samples.load(std::memory_order_relaxed) >= kWarmSamples)
+    cap = std::min(cap, 8 * other.mean_ns.load(std::memory_order_relaxed));
   if (n == 0) {
     mean = ns;
   } else {
-    if (ns > 8 * mean) ns = 8 * mean;
+    if (ns > cap) ns = cap;
     mean = mean - mean / 8 + ns / 8;
   }
   c.mean_ns.store(mean, std::memory_order_relaxed);

@@ -9,8 +9,8 @@
 // measures them as it goes, in the process that runs, and uses the cheaper one.
 //
 // Carving (threadcache/carve.cc, populate_carved) asks choose() for each fresh OS page it
-// is about to write first, makes the page present that way, timing it, and gives the time to
-// record(). One page in kSampleEvery (is_sample_page) takes the other way, so that the way not
+// is about to write first and makes the page present that way; one page in 8 (is_timed_page)
+// it times, and gives the time to record(). One page in kSampleEvery (is_sample_page) takes the other way, so that the way not
 // in use keeps a current cost: a machine whose costs change under load (another thread mapping
 // and unmapping) moves to the cheaper way within a few dozen samples. Until each way has
 // kWarmSamples samples, populate is chosen (the behaviour before this measurement existed), the
@@ -33,12 +33,19 @@ inline bool is_sample_page(std::uintptr_t page) {
   return ((page >> 12) * 0x9E3779B97F4A7C15ull) >> 60 == 0;
 }
 static_assert(kSampleEvery == 16, "is_sample_page keeps the hash's top 4 bits");
+// Whether carving times the page at `page` (and records it): one in 8, the sample pages and as
+// many of the others. Not every page, so that where the clock is a system call rather than the
+// vDSO's read of the TSC (some virtual machines' clock sources: a microsecond or more a read)
+// the two reads cost a quarter of that on average, against a page's several microseconds.
+inline bool is_timed_page(std::uintptr_t page) {
+  return ((page >> 12) * 0x9E3779B97F4A7C15ull) >> 61 == 0;
+}
 
 // The way for the fresh OS page at `page` (4 KiB aligned).
 Way choose(std::uintptr_t page);
 // A page made present `way` took ns nanoseconds (a call of several pages: its time divided by
-// their number). A sample above 8 times the way's mean so far (a preemption inside the timed
-// window, say) counts as 8 times it.
+// their number). A sample above 8 times the lower of the two means (a preemption inside the
+// timed window, say) counts as that much.
 void record(Way way, std::uint64_t ns);
 
 // What the measurement holds now: each way's mean in nanoseconds (0: no sample yet) and its

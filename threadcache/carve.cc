@@ -30,7 +30,7 @@ bool os_page_fresh(const Span* s, const Chunk* ch, std::uintptr_t p) {
 
 // The OS page a carve of `bytes` of blocks from `first` writes first, if it is fresh, made
 // present the way that costs less here (core/page_cost.h): one system call (platform::populate)
-// or the page fault of a write, timed either way for the measurement. A carve holds at most one
+// or the page fault of a write, one page in 8 timed for the measurement. A carve holds at most one
 // OS page start: up to 4 KiB, its blocks end within the page of `first` unless one block
 // crosses that page's end and is carved alone; above 4 KiB, it cuts one block, whose first 16
 // bytes it writes. That page start is the first at or after `first`: a carve that starts inside
@@ -70,15 +70,18 @@ void populate_carved(const Span* s, std::uintptr_t first, std::size_t bytes) {
     const auto span_end = static_cast<unsigned>(round_to_os_page(s->span_bytes) / kOsPageSize);
     pages = std::min((j / n + 1) * n, span_end) - j;
   }
-  const std::uint64_t t0 = platform::now_ns();
-  if (page_cost::choose(page) == page_cost::Way::kFault) {
+  const page_cost::Way way = page_cost::choose(page);
+  const bool timed = page_cost::is_timed_page(page);
+  const std::uint64_t t0 = timed ? platform::now_ns() : 0;
+  if (way == page_cost::Way::kFault) {
+    if (!timed) return;  // carve's own writes fault it in
     // The byte written lies in a block this carve cuts (from `first` on, past which `page` is),
     // so no data is there yet; carve writes its link and key after.
     *reinterpret_cast<volatile char*>(page) = 0;
     page_cost::record(page_cost::Way::kFault, platform::now_ns() - t0);
     return;
   }
-  if (platform::populate(reinterpret_cast<void*>(page), std::size_t{pages} * kOsPageSize))
+  if (platform::populate(reinterpret_cast<void*>(page), std::size_t{pages} * kOsPageSize) && timed)
     page_cost::record(page_cost::Way::kPopulate, (platform::now_ns() - t0) / pages);
 }
 
