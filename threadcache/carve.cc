@@ -74,7 +74,7 @@ void populate_carved(const Span* s, std::uintptr_t first, std::size_t bytes) {
   const bool timed = page_cost::is_timed_page(page);
   const std::uint64_t t0 = timed ? platform::now_ns() : 0;
   if (way == page_cost::Way::kFault) {
-    if (!timed) return;  // carve's own writes fault it in
+    if (!timed) return;  // faulted in by the first write: this carve's, or the program's
     // The byte written lies in a block this carve cuts (from `first` on, past which `page` is),
     // so no data is there yet; carve writes its link and key after.
     *reinterpret_cast<volatile char*>(page) = 0;
