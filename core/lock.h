@@ -16,10 +16,11 @@
 #pragma once
 
 #include <sched.h>
-#include <time.h>
 
 #include <atomic>
 #include <cstdint>
+
+#include "core/platform.h"
 
 namespace brisk {
 
@@ -35,13 +36,6 @@ struct LockCounts {
 };
 
 class alignas(32) SpinLock {
- private:
-  static std::uint64_t now_ns() {
-    timespec ts{};
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
-  }
-
  public:
   void lock() {
     if (flag_.exchange(true, std::memory_order_acquire)) lock_slow();
@@ -57,9 +51,9 @@ class alignas(32) SpinLock {
   // not wait for ever, as the leak report at exit (debug/leaks.cc), which exit() called from a
   // signal handler runs on a thread that may hold the lock itself.
   bool lock_within(std::uint64_t ms) {
-    const std::uint64_t deadline = now_ns() + ms * 1'000'000;
+    const std::uint64_t deadline = platform::now_ns() + ms * 1'000'000;
     while (!try_lock()) {
-      if (now_ns() > deadline) return false;
+      if (platform::now_ns() > deadline) return false;
       sched_yield();
     }
     return true;

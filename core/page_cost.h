@@ -27,19 +27,17 @@ enum class Way : std::uint8_t { kFault, kPopulate };
 inline constexpr unsigned kSampleEvery = 16;  // one OS page in this many takes the other way
 inline constexpr unsigned kWarmSamples = 4;   // samples of each way before the cheaper is chosen
 
-// Whether the OS page at `page` is a sample page: one in kSampleEvery, by a hash of its number
-// (not every 16th page, which would be the first of every 64 KiB page, where each span starts).
-inline bool is_sample_page(std::uintptr_t page) {
-  return ((page >> 12) * 0x9E3779B97F4A7C15ull) >> 60 == 0;
-}
+// A hash of the OS page's number (Fibonacci hashing), whose top bits pick the pages below: not
+// every 16th or 8th page, which would be the first of every 64 KiB page, where each span starts.
+inline std::uint64_t page_hash(std::uintptr_t page) { return (page >> 12) * 0x9E3779B97F4A7C15ull; }
+// Whether the OS page at `page` is a sample page: one in kSampleEvery.
+inline bool is_sample_page(std::uintptr_t page) { return page_hash(page) >> 60 == 0; }
 static_assert(kSampleEvery == 16, "is_sample_page keeps the hash's top 4 bits");
 // Whether carving times the page at `page` (and records it): one in 8, the sample pages and as
 // many of the others. Not every page, so that where the clock is a system call rather than the
 // vDSO's read of the TSC (some virtual machines' clock sources: a microsecond or more a read)
 // the two reads cost a quarter of that on average, against a page's several microseconds.
-inline bool is_timed_page(std::uintptr_t page) {
-  return ((page >> 12) * 0x9E3779B97F4A7C15ull) >> 61 == 0;
-}
+inline bool is_timed_page(std::uintptr_t page) { return page_hash(page) >> 61 == 0; }
 
 // The way for the fresh OS page at `page` (4 KiB aligned).
 Way choose(std::uintptr_t page);
