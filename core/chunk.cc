@@ -45,6 +45,11 @@ std::atomic<std::size_t> g_cache_nonempty{0};  // g_cache_count, readable withou
 SpinLock g_abandoned_lock;
 Chunk* g_abandoned_head = nullptr;
 std::atomic<std::size_t> g_abandoned_count{0};  // readable without the lock
+// Set when pages handed back to an abandoned chunk may have left it empty with no one to free
+// it (a purge's hand-back, or a release that raced another), cleared by the sweep that follows
+// (sweep_emptied_abandoned).
+std::atomic<bool> g_abandoned_emptied{false};
+void sweep_emptied_abandoned();
 
 void init_header(Chunk* c, Heap* owner) {
   // Field by field: the span descriptors must be zero (kind kUnused, owner null) so a free of a
@@ -362,7 +367,12 @@ void ChunkPurgeBatch::flush() {
   for (std::size_t i = 0; i < claims_; ++i) {
     Chunk* c = claim_[i].chunk;
     if (lazy_) c->lazy_pages.fetch_or(claim_[i].advised, std::memory_order_relaxed);  // dirty stays: they may hold data
-    c->free_pages.fetch_or(claim_[i].claimed, std::memory_order_release);
+    const std::uint64_t before = c->free_pages.fetch_or(claim_[i].claimed, std::memory_order_release);
+    // A release into an abandoned chunk while these pages were claimed saw the chunk not yet
+    // empty and left it listed: if this hand-back empties it, the caller sweeps once it lets go
+    // of the registry lock (which chunk_destroy takes). c is mapped meanwhile (see the class).
+    if ((before | claim_[i].claimed) == kAllPagesFree && c->page_owner.load(std::memory_order_acquire) == nullptr)
+      g_abandoned_emptied.store(true, std::memory_order_release);
   }
   ranges_ = claims_ = 0;
 }
@@ -374,35 +384,41 @@ std::size_t chunk_purge(Chunk* c, std::uint64_t only, bool lazy) {
 
 std::size_t chunk_purge_all() {
   std::size_t bytes = 0;
-  // Under the registry lock, so no chunk_destroy runs meanwhile: the chunks stay mapped, and no
-  // destroy fails for pages this purge holds for a moment. (The last release into an abandoned
-  // chunk can still find those pages taken and leave the chunk listed, empty:
-  // chunk_destroy_empty_abandoned collects such chunks.)
-  SharedLockGuard g(g_registry_lock);
-  ChunkPurgeBatch batch;  // sent before the lock is let go
-  for (Chunk* c = g_registry_head; c != nullptr; c = c->reg_next) bytes += batch.add(c);
+  {
+    // Under the registry lock, so no chunk_destroy runs meanwhile: the chunks stay mapped, and
+    // no destroy fails for pages this purge holds for a moment. (The last release into an
+    // abandoned chunk can still find those pages taken and leave the chunk listed, empty: the
+    // hand-back notes it, and the sweep below frees it.)
+    SharedLockGuard g(g_registry_lock);
+    ChunkPurgeBatch batch;  // sent before the lock is let go
+    for (Chunk* c = g_registry_head; c != nullptr; c = c->reg_next) bytes += batch.add(c);
+  }
+  sweep_emptied_abandoned();
   return bytes;
 }
 
 std::size_t chunk_decay_all(bool* pending, bool lazy, bool (*decays)(const Heap* page_owner)) {
   std::size_t bytes = 0;
   bool left = false;
-  // decay_aged is stored only here, by the background pass (one at a time, under its pass lock).
-  SharedLockGuard g(g_registry_lock);
-  ChunkPurgeBatch batch(lazy);  // sent before the lock is let go
-  for (Chunk* c = g_registry_head; c != nullptr; c = c->reg_next) {
-    if (!decays(c->page_owner.load(std::memory_order_relaxed))) {
-      c->decay_aged.store(0, std::memory_order_relaxed);
-      continue;
+  {
+    // decay_aged is stored only here, by the background pass (one at a time, under its pass lock).
+    SharedLockGuard g(g_registry_lock);
+    ChunkPurgeBatch batch(lazy);  // sent before the lock is let go
+    for (Chunk* c = g_registry_head; c != nullptr; c = c->reg_next) {
+      if (!decays(c->page_owner.load(std::memory_order_relaxed))) {
+        c->decay_aged.store(0, std::memory_order_relaxed);
+        continue;
+      }
+      std::uint64_t free_dirty = c->free_pages.load(std::memory_order_acquire) & c->dirty_pages.load(std::memory_order_relaxed);
+      if (lazy) free_dirty &= ~c->lazy_pages.load(std::memory_order_relaxed);
+      std::uint64_t stale = free_dirty & c->decay_aged.load(std::memory_order_relaxed);
+      if (stale != 0) bytes += batch.add(c, stale);
+      std::uint64_t aged = free_dirty & ~stale;
+      c->decay_aged.store(aged, std::memory_order_relaxed);
+      left |= aged != 0;
     }
-    std::uint64_t free_dirty = c->free_pages.load(std::memory_order_acquire) & c->dirty_pages.load(std::memory_order_relaxed);
-    if (lazy) free_dirty &= ~c->lazy_pages.load(std::memory_order_relaxed);
-    std::uint64_t stale = free_dirty & c->decay_aged.load(std::memory_order_relaxed);
-    if (stale != 0) bytes += batch.add(c, stale);
-    std::uint64_t aged = free_dirty & ~stale;
-    c->decay_aged.store(aged, std::memory_order_relaxed);
-    left |= aged != 0;
   }
+  sweep_emptied_abandoned();  // abandoned chunks the decay's claims kept from being freed
   *pending = left;
   return bytes;
 }
@@ -496,11 +512,17 @@ void abandoned_remove_locked(Chunk* c) {
 }
 
 // c, ownerless, off the abandoned list and seen empty, goes to the chunk cache or the OS; or onto
-// the abandoned list if another heap has just claimed pages in it.
+// the abandoned list if another heap or a purge has just claimed pages in it. Those pages may
+// come back before c is listed, when their release or hand-back cannot see it abandoned (no one
+// but this caller may free c meanwhile): so the list takes c only while they are still out,
+// checked under its lock, which their release and the sweep after a hand-back need too.
 void destroy_or_keep_abandoned(Chunk* c) {
-  if (!chunk_destroy(c)) {
+  while (!chunk_destroy(c)) {
     LockGuard g(g_abandoned_lock);
-    abandoned_push_locked(c);
+    if (c->free_pages.load(std::memory_order_acquire) != kAllPagesFree) {
+      abandoned_push_locked(c);
+      return;
+    }
   }
 }
 }  // namespace
@@ -565,10 +587,16 @@ void chunk_release_span_pages(Chunk* c, unsigned first, unsigned n, std::uint64_
   // the release. Whether c is abandoned is therefore read before, under the abandoned-list lock,
   // which every change of that flag holds, and nobody frees an abandoned chunk without it.
   // Only a release that looks as if it will empty the chunk takes the lock; two that empty it
-  // together each see the other's pages still taken, and leave an abandoned chunk for the
-  // sweep (chunk_destroy_empty_abandoned: the background pass, brisk_trim).
+  // together each see the other's pages still taken, and the one whose release empties it
+  // sweeps the abandoned list (so does a purge whose claimed pages were the last taken).
   if ((c->free_pages.load(std::memory_order_relaxed) | run_mask(first, n)) != kAllPagesFree) {
-    chunk_release_pages(c, first, n, written);
+    // Emptied after all: another release or a purge's hand-back came between the check and
+    // this one. c may be gone already, if owned; if abandoned, it is on the list, which the
+    // sweep walks without reading c itself.
+    if (chunk_release_pages(c, first, n, written)) {
+      g_abandoned_emptied.store(true, std::memory_order_release);
+      sweep_emptied_abandoned();
+    }
     return;
   }
   {
@@ -579,6 +607,15 @@ void chunk_release_span_pages(Chunk* c, unsigned first, unsigned n, std::uint64_
   }
   destroy_or_keep_abandoned(c);
 }
+
+namespace {
+// With no lock held: frees the abandoned chunks left empty since the last sweep, if any may be.
+void sweep_emptied_abandoned() {
+  if (g_abandoned_emptied.load(std::memory_order_relaxed) &&
+      g_abandoned_emptied.exchange(false, std::memory_order_acquire))
+    chunk_destroy_empty_abandoned();
+}
+}  // namespace
 
 void chunk_destroy_empty_abandoned() {
   Chunk* empty = nullptr;
