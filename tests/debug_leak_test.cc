@@ -132,6 +132,36 @@ TEST_F(DebugMode, TheLeakReportListsOnlyBlocksNoPointerReaches) {
   g_reachable_root = nullptr;
 }
 
+}  // namespace
+
+// A copy of a block's address in this thread's dead stack, below the frames that are live when
+// the scan runs (where a function that returned, the report's own work among them, leaves
+// such copies): not a root. 64 KiB below the caller's frame, deeper than report_leaks's
+// frames reach, so that nothing overwrites it before the scan.
+__attribute__((noinline, no_sanitize("address"))) void LeaveDeadCopy(uintptr_t masked) {
+  volatile uintptr_t deep[8 * 1024];
+  for (size_t i = 0; i < sizeof deep / sizeof deep[0]; ++i) deep[i] = 0;
+  deep[0] = masked ^ kMask;  // the lowest address
+}
+__attribute__((noinline)) uintptr_t LoseOne() {
+  return reinterpret_cast<uintptr_t>(brisk_malloc(sizeof(Node))) ^ kMask;
+}
+
+namespace {
+
+TEST_F(DebugMode, TheLeakScanReadsNoDeadStackOfItsOwnThread) {
+  if (!LeakScanPossible()) GTEST_SKIP() << "another thread runs: no scan";
+  ScrubStack();
+  const uintptr_t masked = LoseOne();
+  LeaveDeadCopy(masked);
+  brisk::debug::LeakSummary sum{};
+  brisk::debug::report_leaks(brisk::debug::LeakScope::kUnreachable, &sum);
+  ASSERT_TRUE(sum.scanned) << "the test runs with one thread";
+  EXPECT_NE(Reports().find("LoseOne"), std::string::npos) << "the block only a dead stack slot points to is a leak\n"
+                                                          << Reports();
+  brisk_free(reinterpret_cast<void*>(masked ^ kMask));
+}
+
 // A block the program keeps, part of which it made inaccessible (a guard page, as coroutine
 // stacks have): the scan reads only readable pages (it read the block whole, and the process
 // died at exit), and the block is reachable, not listed. Run again with brisk's background
