@@ -74,6 +74,7 @@ struct LiveRange {
 struct Readable {
   std::uintptr_t begin, end;
   bool root;
+  bool main_stack;  // the kernel's stack of the main thread ("[stack]")
 };
 // At most this many readable mappings are kept (Linux's default vm.max_map_count is 65,530);
 // past it, the blocks in the mappings left out are not scanned (their referents may then be
@@ -172,7 +173,7 @@ void record_mapping(const platform::Mapping& mapping, void* context) {
   }
   const bool device = std::strncmp(mapping.path, "/dev/", 5) == 0 && std::strcmp(mapping.path, "/dev/zero") != 0;
   const bool root = mapping.writable && mapping.is_private && !device && mapping.end - mapping.begin <= kMaxRootMapping;
-  m.readable[m.readable_count++] = Readable{mapping.begin, mapping.end, root};
+  m.readable[m.readable_count++] = Readable{mapping.begin, mapping.end, root, std::strcmp(mapping.path, "[stack]") == 0};
 }
 
 // A marked block's words where its pages are readable: a program may have made some of them
@@ -192,23 +193,26 @@ void scan_marked(Mark& m, std::uintptr_t begin, std::uintptr_t end) {
   }
 }
 
-// Every root mapping's resident words (scan_root), but this thread's stack only from this
-// function's frame up: below it lies dead stack, where the report's own work (walking the live
-// lists, sorting the blocks' ranges) leaves copies of block addresses, which marked leaked
-// blocks reachable (debug_leak_test under ThreadSanitizer, whose instrumented code spills more:
-// the chain whose root was lost went unreported in about 1 run in 150). The caller's frame,
-// with the callee-saved registers that __builtin_unwind_init saved there, lies above this one,
-// wherever in it the compiler put them. Only the kDeadStack bytes below that frame are left
-// out, not the whole rest of its mapping: a stack without a guard page (pthread_attr_setstack,
-// a guard size of 0) may share its mapping with other memory below it, whose words are roots.
-// Other threads' stacks are read whole (a dead value there can only hide a leak, never report
-// a reachable block).
+// Every root mapping's resident words (scan_root), but the main thread's stack only from this
+// function's frame up when the scan runs there: below it lies dead stack, where the report's own
+// work (walking the live lists, sorting the blocks' ranges) leaves copies of block addresses,
+// which marked leaked blocks reachable (debug_leak_test under ThreadSanitizer, whose
+// instrumented code spills more: the chain whose root was lost went unreported in about 1 run
+// in 150). The caller's frame, with the callee-saved registers that __builtin_unwind_init saved
+// there, lies above this one, wherever in it the compiler put them. Only the kernel's "[stack]"
+// mapping, which holds the main thread's frames only, and only kDeadStack bytes below the frame:
+// elsewhere the memory below a frame need not be dead (a coroutine's stack carved from a mapping
+// or a block that holds other coroutines' stacks and data, a thread's stack without a guard page
+// next to other memory), and leaving live words out would list reachable blocks. So a report
+// made on another thread reads its stack whole, as it reads other threads' (a dead value there
+// can only hide a leak). The one case left: a program that runs coroutines on buffers in the
+// main thread's frames and exits from one of them could lose the roots of the others below it.
 constexpr std::uintptr_t kDeadStack = 256 * 1024;  // far more than the report's own frames use
 __attribute__((noinline, no_sanitize("address"))) void scan_roots(Mark& m) {
   const auto live_from = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
   m.dead_begin = m.dead_end = 0;
   for (std::size_t i = 0; i < m.readable_count; ++i)
-    if (m.readable[i].begin <= live_from && live_from < m.readable[i].end) {
+    if (m.readable[i].main_stack && m.readable[i].begin <= live_from && live_from < m.readable[i].end) {
       m.dead_begin = live_from - m.readable[i].begin > kDeadStack ? live_from - kDeadStack : m.readable[i].begin;
       m.dead_end = live_from;
     }

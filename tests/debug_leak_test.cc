@@ -134,7 +134,7 @@ TEST_F(DebugMode, TheLeakReportListsOnlyBlocksNoPointerReaches) {
 
 }  // namespace
 
-// A copy of a block's address in this thread's dead stack, below the frames that are live when
+// A copy of a block's address in the main thread's dead stack, below the frames that are live when
 // the scan runs (where a function that returned, the report's own work among them, leaves
 // such copies): not a root. 64 KiB below the caller's frame, deeper than report_leaks's
 // frames reach, so that nothing overwrites it before the scan.
