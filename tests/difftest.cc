@@ -22,7 +22,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -34,6 +33,7 @@
 #include <vector>
 
 #include "tests/test_util.h"
+#include "tests/watchdog.h"
 
 #if BRISK_DIFFTEST_LIBC
 #include <malloc.h>
@@ -642,34 +642,11 @@ void Lane(int lane) {
 
 using brisk_test::ResidentBytes;
 
-// Fails the whole process if the run does not end: a deadlock inside the allocator would
-// otherwise wait for ctest's timeout and print nothing useful.
-class Watchdog {
- public:
-  explicit Watchdog(std::chrono::seconds limit) : thread_([this, limit] {
-      std::unique_lock<std::mutex> lock(mu_);
-      if (!cv_.wait_for(lock, limit, [this] { return done_; })) {
-        fprintf(stderr, "difftest FAILED (--seed %llu): still running after %lld s, %llu ops done (a deadlock?)\n",
-                static_cast<unsigned long long>(g_options.seed), static_cast<long long>(limit.count()),
-                static_cast<unsigned long long>(g_ops_done.load()));
-        abort();
-      }
-    }) {}
-  ~Watchdog() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      done_ = true;
-    }
-    cv_.notify_one();
-    thread_.join();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::thread thread_;
-};
+// The run's watchdog (tests/watchdog.h) names the seed and how far the run got.
+void ReportStuck(long long seconds) {
+  fprintf(stderr, "difftest FAILED (--seed %llu): still running after %lld s, %llu ops done (a deadlock?)\n",
+          static_cast<unsigned long long>(g_options.seed), seconds, static_cast<unsigned long long>(g_ops_done.load()));
+}
 
 TEST(DiffTest, RandomOperationsKeepEveryBlockIntactAndGiveTheMemoryBack) {
 #if BRISK_DIFFTEST_LIBC
@@ -702,7 +679,7 @@ TEST(DiffTest, RandomOperationsKeepEveryBlockIntactAndGiveTheMemoryBack) {
   g_deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                                       std::chrono::duration<double>(o.duration_s));
   {
-    Watchdog watchdog(std::chrono::seconds(static_cast<long long>(o.duration_s) + 240));
+    brisk_test::Watchdog watchdog(std::chrono::seconds(static_cast<long long>(o.duration_s) + 240), ReportStuck);
     std::vector<std::thread> lanes;
     for (int lane = 0; lane < o.threads; ++lane) lanes.emplace_back(Lane, lane);
     for (auto& t : lanes) t.join();
