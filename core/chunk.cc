@@ -45,11 +45,16 @@ std::atomic<std::size_t> g_cache_nonempty{0};  // g_cache_count, readable withou
 SpinLock g_abandoned_lock;
 Chunk* g_abandoned_head = nullptr;
 std::atomic<std::size_t> g_abandoned_count{0};  // readable without the lock
-// Set when pages handed back to an abandoned chunk may have left it empty with no one to free
-// it (a purge's hand-back, or a release that raced another), cleared by the sweep that follows
-// (sweep_emptied_abandoned).
+// Set when a purge's hand-back of claimed pages emptied an abandoned chunk, which no release
+// then freed; cleared by the sweep the purge makes once it lets go of the registry lock.
 std::atomic<bool> g_abandoned_emptied{false};
-void sweep_emptied_abandoned();
+
+// With no lock held: frees the abandoned chunks left empty since the last sweep, if any may be.
+void sweep_emptied_abandoned() {
+  if (g_abandoned_emptied.load(std::memory_order_relaxed) &&
+      g_abandoned_emptied.exchange(false, std::memory_order_acquire))
+    chunk_destroy_empty_abandoned();
+}
 
 void init_header(Chunk* c, Heap* owner) {
   // Field by field: the span descriptors must be zero (kind kUnused, owner null) so a free of a
@@ -593,10 +598,7 @@ void chunk_release_span_pages(Chunk* c, unsigned first, unsigned n, std::uint64_
     // Emptied after all: another release or a purge's hand-back came between the check and
     // this one. c may be gone already, if owned; if abandoned, it is on the list, which the
     // sweep walks without reading c itself.
-    if (chunk_release_pages(c, first, n, written)) {
-      g_abandoned_emptied.store(true, std::memory_order_release);
-      sweep_emptied_abandoned();
-    }
+    if (chunk_release_pages(c, first, n, written)) chunk_destroy_empty_abandoned();
     return;
   }
   {
@@ -607,15 +609,6 @@ void chunk_release_span_pages(Chunk* c, unsigned first, unsigned n, std::uint64_
   }
   destroy_or_keep_abandoned(c);
 }
-
-namespace {
-// With no lock held: frees the abandoned chunks left empty since the last sweep, if any may be.
-void sweep_emptied_abandoned() {
-  if (g_abandoned_emptied.load(std::memory_order_relaxed) &&
-      g_abandoned_emptied.exchange(false, std::memory_order_acquire))
-    chunk_destroy_empty_abandoned();
-}
-}  // namespace
 
 void chunk_destroy_empty_abandoned() {
   Chunk* empty = nullptr;
