@@ -8,14 +8,15 @@
 // a fault on Linux 6.4 and later does not): `bench/os/page_cost.c` measures both. So carving
 // measures them as it goes, in the process that runs, and uses the cheaper one.
 //
-// Carving (threadcache/carve.cc, populate_carved) asks choose() for each fresh OS page it
-// is about to write first and makes the page present that way; one page in 8 (is_timed_page)
-// it times, and gives the time to record(). One page in kSampleEvery (is_sample_page) takes the other way, so that the way not
-// in use keeps a current cost: a machine whose costs change under load (another thread mapping
-// and unmapping) moves to the cheaper way within a few dozen samples. Until each way has
-// kWarmSamples samples, populate is chosen (the behaviour before this measurement existed), the
-// fault taking its sample pages. The costs are process-wide relaxed atomics: two threads'
-// records racing lose one sample, which only delays a switch.
+// Carving (threadcache/carve.cc, populate_carved) asks choose() for each fresh OS page it is
+// about to write first and makes the page present that way; one page in 8 (is_timed_page) it
+// times, and gives the time to record(). One page in kSampleEvery (is_sample_page) takes the
+// other way, so that the way not in use keeps a current cost: a machine whose costs change
+// under load (another thread mapping and unmapping) moves to the cheaper way within a few
+// dozen samples. Until each way has kWarmSamples samples, populate is chosen (the behaviour
+// before this measurement existed), the fault taking its sample pages. The costs are
+// process-wide relaxed atomics: two threads' records racing lose one sample, which only delays
+// a switch.
 #pragma once
 
 #include <cstdint>
