@@ -16,7 +16,10 @@
 // when its thread exits it stays paired with the thread heap in the pool, owning its spans,
 // with its queue open, and the next thread to take that heap uses it. So its spans never
 // become orphans that a thread heap could adopt, and a debug block of an exited thread stays
-// a debug block: freeable (the free reaches the debug heap's queue) and reportable.
+// a debug block: freeable (the free reaches the debug heap's queue) and reportable. A span of
+// a debug heap that empties holds no debug block (a quarantined one still counts in its
+// `used`): it goes to its class's central pool kept whole, as a thread heap's does
+// (span_pages.cc's heap_keep_empty_span), for the next span of its class, whoever's.
 #pragma once
 
 #include <atomic>
