@@ -1,5 +1,7 @@
 #include "debug/quarantine.h"
 
+#include <cstring>
+
 #include "core/assert.h"
 #include "core/options.h"
 #include "core/platform.h"
@@ -28,8 +30,31 @@ bool Quarantine::init(std::size_t budget_bytes, std::size_t entries_per_shard) {
     if (shard.ring == nullptr) return false;
   }
   capacity_ = ring_bytes / sizeof(QuarantinedBlock);
+  const std::size_t first = page / sizeof(QuarantinedBlock);
+  for (Shard& shard : shards_) shard.cap = first < capacity_ ? first : capacity_;
   shard_budget_ = budget_bytes / kShards;
   return true;
+}
+
+std::size_t Quarantine::grow(QuarantinedBlock* ring, std::size_t cap, std::size_t& head) const {
+  BRISK_ASSERT(cap < capacity_);
+  const std::size_t larger = cap * 2 < capacity_ ? cap * 2 : capacity_;
+  // Full and wrapped: [head, cap) holds the older blocks, [0, head) the newer ones. The older
+  // part moves to the end of the larger ring, so that the newer part follows it there.
+  if (head != 0) {
+    const std::size_t older = cap - head;
+    std::memmove(ring + larger - older, ring + head, older * sizeof(QuarantinedBlock));
+    head = larger - older;
+  }
+  return larger;
+}
+
+std::size_t Quarantine::ring_resident_bytes() const {
+  const std::size_t ring_bytes = capacity_ * sizeof(QuarantinedBlock);
+  std::size_t bytes = 0;
+  for (const Shard& shard : shards_)
+    if (shard.ring != nullptr) bytes += platform::resident_bytes(shard.ring, ring_bytes);
+  return bytes;
 }
 
 Quarantine::Shard& Quarantine::my_shard() {
@@ -55,7 +80,7 @@ QuarantinedBlock Quarantine::take_oldest(const QuarantinedBlock* ring, std::size
 
 QuarantinedBlock Quarantine::pop_oldest(Shard& shard) {
   BRISK_ASSERT(shard.lock.is_locked());
-  return take_oldest(shard.ring, capacity_, shard.head, shard.count, shard.bytes);
+  return take_oldest(shard.ring, shard.cap, shard.head, shard.count, shard.bytes);
 }
 
 std::size_t Quarantine::push(const QuarantinedBlock* blocks, std::size_t count, QuarantinedBlock* evicted,
@@ -67,12 +92,15 @@ std::size_t Quarantine::push(const QuarantinedBlock* blocks, std::size_t count, 
   // The ring's state in locals, stored back once: a store into the ring (a size_t among its
   // fields) may alias the shard's counts, which the compiler would otherwise reload after each.
   QuarantinedBlock* const ring = shard.ring;
-  const std::size_t cap = capacity_;
+  std::size_t cap = shard.cap;
   std::size_t head = shard.head, held = shard.count, bytes = shard.bytes;
   auto pop = [&] { return take_oldest(ring, cap, head, held, bytes); };
   std::size_t n = 0;
   for (std::size_t i = 0; i < count; ++i) {
-    if (BRISK_UNLIKELY(held == cap)) evicted[n++] = pop();
+    if (BRISK_UNLIKELY(held == cap)) {
+      if (cap < capacity_) cap = grow(ring, cap, head);
+      else evicted[n++] = pop();
+    }
     std::size_t tail = head + held;  // head and held are below cap: no division
     if (tail >= cap) tail -= cap;
     ring[tail] = blocks[i];
@@ -94,6 +122,7 @@ std::size_t Quarantine::push(const QuarantinedBlock* blocks, std::size_t count, 
     __builtin_prefetch(next + 64);
     __builtin_prefetch(next + 128);
   }
+  shard.cap = cap;
   shard.head = head;
   shard.count = held;
   shard.bytes = bytes;
@@ -145,7 +174,7 @@ std::size_t Quarantine::take_idle(QuarantinedBlock* out, std::size_t capacity, s
 void Quarantine::for_each(void (*visit)(const QuarantinedBlock& block, void* context), void* context) {
   for (Shard& shard : shards_) {
     LockGuard guard(shard.lock);
-    for (std::size_t i = 0, at = shard.head; i < shard.count; ++i, at = at + 1 == capacity_ ? 0 : at + 1)
+    for (std::size_t i = 0, at = shard.head; i < shard.count; ++i, at = at + 1 == shard.cap ? 0 : at + 1)
       visit(shard.ring[at], context);
   }
 }

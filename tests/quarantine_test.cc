@@ -184,6 +184,39 @@ TEST(Quarantine, TheDefaultBudgetIsTheOption) {
   }
 }
 
+// A ring that fills grows, while it wraps too, and its blocks still leave oldest first: blocks
+// of one byte against a budget of kShardBudget keep the ring going round at kShardBudget blocks,
+// then blocks of no bytes (under any budget) fill it past its first size.
+TEST(Quarantine, AFullRingGrowsAndKeepsItsOrder) {
+  Quarantine q;
+  ASSERT_TRUE(q.init(kBudget, 1u << 16));
+  std::vector<QuarantinedBlock> out(4096);
+  std::uintptr_t next = 1, next_out = 1;
+  auto check_out = [&](std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(out[i].block, Fake(next_out++));
+  };
+  for (; next <= 3000; ++next) check_out(q.push(Fake(next), 1, out.data(), out.size()));
+  EXPECT_EQ(q.count(), kShardBudget);
+  for (; next <= 6000; ++next) check_out(q.push(Fake(next), 0, out.data(), out.size()));
+  EXPECT_EQ(q.count(), kShardBudget + 3000);
+  const std::size_t n = DrainAll(q, out.data(), out.size());
+  EXPECT_EQ(n, kShardBudget + 3000);
+  check_out(n);
+  EXPECT_EQ(next_out, next);
+}
+
+// A shard that holds a thousand blocks at a time keeps no more of its ring resident than those
+// need, however many blocks pass through: a ring of its full size from the start (65,536
+// entries, 1 MiB) had every entry that a block passed through resident, 640 KiB here.
+TEST(Quarantine, ARingKeepsResidentOnlyWhatItsBlocksNeed) {
+  Quarantine q;
+  ASSERT_TRUE(q.init(kBudget, 1u << 16));
+  QuarantinedBlock out[4];
+  for (std::uintptr_t i = 1; i <= 40000; ++i) q.push(Fake(i), 1, out, 4);
+  EXPECT_EQ(q.count(), kShardBudget);
+  EXPECT_LE(q.ring_resident_bytes(), 1024 * sizeof(QuarantinedBlock)) << "the rings of 8 shards, one used";
+}
+
 // Four threads push distinct blocks; every block comes back exactly once (evicted by a push or
 // drained at the end), and no push leaves its shard over budget.
 TEST(Quarantine, ConcurrentPushesLoseAndDuplicateNothing) {
