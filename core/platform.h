@@ -71,6 +71,10 @@ bool remap_to(void* old_p, std::size_t old_size, void* target, std::size_t new_s
 // asymmetric fence, whose light side is a compiler barrier. False where the kernel lacks it.
 bool barrier_all_threads();
 
+// Asks the kernel to back [p, p+size) with base pages only (MADV_NOHUGEPAGE): for a mapping
+// that is mostly never touched, where under transparent_hugepage=always a first write could
+// bring in 2 MiB. Best effort (a kernel without huge pages has nothing to do); errno is kept.
+void no_huge_pages(void* p, std::size_t size);
 // Bytes of [p, p+size) currently resident (mincore), counted in windows on the stack.
 std::size_t resident_bytes(void* p, std::size_t size);
 // Makes [p, p+size), a private anonymous range, read as zeros: each run of pages present in

@@ -214,6 +214,12 @@ bool populate(void* p, std::size_t size) {
   return done;
 }
 
+void no_huge_pages(void* p, std::size_t size) {
+  const int saved_errno = errno;
+  madvise(p, size, MADV_NOHUGEPAGE);
+  errno = saved_errno;
+}
+
 bool barrier_all_threads() {
   // The command numbers of <linux/membarrier.h>, which glibc's headers do not pull in.
   constexpr int kPrivateExpedited = 1 << 3, kRegisterPrivateExpedited = 1 << 4;

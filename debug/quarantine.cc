@@ -28,6 +28,7 @@ bool Quarantine::init(std::size_t budget_bytes, std::size_t entries_per_shard) {
   for (Shard& shard : shards_) {
     shard.ring = static_cast<QuarantinedBlock*>(platform::map(ring_bytes));
     if (shard.ring == nullptr) return false;
+    platform::no_huge_pages(shard.ring, ring_bytes);  // a ring touches only what it grows to
   }
   capacity_ = ring_bytes / sizeof(QuarantinedBlock);
   const std::size_t first = page / sizeof(QuarantinedBlock);

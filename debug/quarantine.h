@@ -8,7 +8,8 @@
 //   push(blocks, n, evicted, cap)       puts n freed blocks, oldest first, in the calling
 //                                       thread's shard under one lock, and takes out that shard's
 //                                       oldest blocks, into evicted (oldest first, up to cap >= n):
-//                                       one for each block pushed while its ring was full, then
+//                                       one for each block pushed while its ring was full at its
+//                                       largest (entries_per_shard; it grows to that), then
 //                                       while it holds more than its budget, but never the block
 //                                       pushed last: a block larger than the shard's budget stays,
 //                                       alone, until the shard's next push (budget 0: the

@@ -207,7 +207,7 @@ TEST(Quarantine, AFullRingGrowsAndKeepsItsOrder) {
 
 // A shard that holds a thousand blocks at a time keeps no more of its ring resident than those
 // need, however many blocks pass through: a ring of its full size from the start (65,536
-// entries, 1 MiB) had every entry that a block passed through resident, 640 KiB here.
+// entries, 1 MiB) had every entry that a block passed through resident, 643,072 bytes here.
 TEST(Quarantine, ARingKeepsResidentOnlyWhatItsBlocksNeed) {
   Quarantine q;
   ASSERT_TRUE(q.init(kBudget, 1u << 16));
