@@ -88,11 +88,10 @@ class Quarantine {
   struct alignas(BRISK_CACHELINE) Shard {
     SpinLock lock;
     // The first `cap` entries of a mapping of capacity_; the oldest at head. cap starts at a
-    // page's worth and doubles when the ring is full, up to capacity_: a ring of capacity_
-    // entries that its blocks go round touches all of it, where the budget lets a shard hold a
-    // few thousand blocks (3,300 of 64 bytes by default) against the 65,536 entries (1 MiB)
-    // mapped, and 8 MiB of the process's memory (a third of sh6bench's peak in debug mode) were
-    // the rings' pages that blocks had passed through once.
+    // page's worth and doubles when the ring is full, up to capacity_. Blocks going round a ring
+    // of all capacity_ entries (65,536, 1 MiB) would make all of it resident in time, 8 MiB for
+    // the 8 shards (a third of sh6bench's peak in debug mode), where the budget lets a shard
+    // hold a few thousand blocks (3,300 of 64 bytes by default).
     QuarantinedBlock* ring = nullptr;
     std::size_t cap = 0;
     std::size_t head = 0;
