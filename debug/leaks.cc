@@ -133,17 +133,15 @@ __attribute__((no_sanitize("address"), no_sanitize("thread"))) void scan_words(M
 }
 
 // A root range: its words, but for the live blocks inside it (scanned when marked) and the
-// mark's own mapping.
+// ranges of root mappings that are no roots: the mark's own mapping and the dead stack below
+// the scan.
 void scan_root(std::uintptr_t begin, std::uintptr_t end, void* context) {
   Mark& m = *static_cast<Mark*>(context);
-  if (begin < m.own_end && end > m.own_begin) {
-    if (begin < m.own_begin) scan_root(begin, m.own_begin, context);
-    if (end > m.own_end) scan_root(m.own_end, end, context);
-    return;
-  }
-  if (begin < m.dead_end && end > m.dead_begin) {
-    if (begin < m.dead_begin) scan_root(begin, m.dead_begin, context);
-    if (end > m.dead_end) scan_root(m.dead_end, end, context);
+  const std::uintptr_t no_roots[2][2] = {{m.own_begin, m.own_end}, {m.dead_begin, m.dead_end}};
+  for (const auto& [from, to] : no_roots) {
+    if (begin >= to || end <= from) continue;
+    if (begin < from) scan_root(begin, from, context);
+    if (end > to) scan_root(to, end, context);
     return;
   }
   const LiveRange* r = std::upper_bound(m.ranges, m.ranges + m.count, begin | kTag,
