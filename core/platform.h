@@ -17,6 +17,7 @@
 // paths of the layers above.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -101,10 +102,19 @@ std::uint64_t now_ms();
 std::uint64_t now_ns();
 void set_clock_for_test(std::uint64_t (*clock)());
 // Runs fn(arg) on a new detached thread with every signal blocked (so the process's signals
-// go to its own threads). False if the thread could not be created.
+// go to its own threads), on a stack of the size pthread_create gives by default: the thread
+// may be the process's last and then runs its exit handlers (background.cc). False if the
+// thread could not be created.
 bool start_thread(void* (*fn)(void*), void* arg);
 void name_this_thread(const char* name);  // as top and ps -L show it
-void sleep_ms(std::uint64_t ms);
+// Sleeps up to ms milliseconds while *word holds expected (a private futex): returns at once
+// if it does not, when wake_all(word) is called, or early on a signal. errno kept.
+void wait_while_equal(const std::atomic<std::uint32_t>* word, std::uint32_t expected, std::uint64_t ms);
+void wake_all(const std::atomic<std::uint32_t>* word);
+// How many threads of the process besides the calling one have not exited (/proc/self/task:
+// a main thread that called pthread_exit stays listed as a zombie until the process ends, and
+// does not count), read without malloc; -1 if the list cannot be read. errno kept.
+long other_running_threads();
 
 // The calling thread's OS id (gettid).
 std::uint64_t current_thread_id();

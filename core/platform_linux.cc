@@ -2,6 +2,7 @@
 #include "core/platform.h"
 
 #include <errno.h>
+#include <linux/futex.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -447,7 +448,6 @@ bool start_thread(void* (*fn)(void*), void* arg) {
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  pthread_attr_setstacksize(&attr, 64 * 1024);
   pthread_t t;
   bool ok = pthread_create(&t, &attr, fn, arg) == 0;
   pthread_attr_destroy(&attr);
@@ -455,10 +455,18 @@ bool start_thread(void* (*fn)(void*), void* arg) {
   return ok;
 }
 
-void sleep_ms(std::uint64_t ms) {
+void wait_while_equal(const std::atomic<std::uint32_t>* word, std::uint32_t expected, std::uint64_t ms) {
+  static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t), "a futex word");
+  const int saved_errno = errno;
   timespec ts{static_cast<time_t>(ms / 1000), static_cast<long>(ms % 1000) * 1000000};
-  while (syscall(SYS_nanosleep, &ts, &ts) != 0 && errno == EINTR) {
-  }
+  syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, expected, &ts, nullptr, 0);
+  errno = saved_errno;
+}
+
+void wake_all(const std::atomic<std::uint32_t>* word) {
+  const int saved_errno = errno;
+  syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr, nullptr, 0);
+  errno = saved_errno;
 }
 
 std::uint64_t now_ns() {
@@ -566,6 +574,75 @@ std::size_t process_thread_count() {
   std::size_t threads = 0;
   for (++p; *p >= '0' && *p <= '9'; ++p) threads = threads * 10 + static_cast<std::size_t>(*p - '0');
   return threads;
+}
+
+namespace {
+
+// Whether the thread listed as `name` in the directory task_dir (/proc/self/task) has exited:
+// its stat gone, or its state zombie or dead. A stat that cannot be read otherwise counts as
+// running.
+bool task_exited(int task_dir, const char* name) {
+  char path[40];
+  std::size_t n = 0;
+  for (const char* p = name; *p != '\0' && n < 24; ++p) path[n++] = *p;
+  for (const char* p = "/stat"; *p != '\0'; ++p) path[n++] = *p;
+  path[n] = '\0';
+  const int fd = static_cast<int>(syscall(SYS_openat, task_dir, path, O_RDONLY | O_CLOEXEC));
+  if (fd < 0) return errno == ENOENT;
+  char text[512];
+  ssize_t got;
+  do {
+    got = read_nc(fd, text, sizeof text);
+  } while (got < 0 && errno == EINTR);
+  close_nc(fd);
+  // "tid (comm) S ...": comm may hold anything, so the state is read after the last ')'.
+  ssize_t close_paren = -1;
+  for (ssize_t k = 0; k < got; ++k)
+    if (text[k] == ')') close_paren = k;
+  if (close_paren < 0 || close_paren + 2 >= got) return false;
+  return text[close_paren + 2] == 'Z' || text[close_paren + 2] == 'X';
+}
+
+}  // namespace
+
+long other_running_threads() {
+  const int saved_errno = errno;
+  const int dir = open_nc("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) {
+    errno = saved_errno;
+    return -1;
+  }
+  const std::uint64_t self = current_thread_id();
+  long running = 0;
+  bool failed = false;
+  // getdents64's records: inode, offset, record length, type, then the name.
+  struct Entry {
+    std::uint64_t inode;
+    std::int64_t offset;
+    unsigned short length;
+    unsigned char type;
+    char name[1];
+  };
+  alignas(8) char records[2048];
+  for (;;) {
+    const long got = syscall(SYS_getdents64, dir, records, sizeof records);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      failed = got < 0;
+      break;
+    }
+    for (long at = 0; at < got;) {
+      const auto* e = reinterpret_cast<const Entry*>(records + at);
+      at += e->length;
+      if (e->name[0] < '0' || e->name[0] > '9') continue;  // "." and ".."
+      std::uint64_t tid = 0;
+      for (const char* p = e->name; *p >= '0' && *p <= '9'; ++p) tid = tid * 10 + static_cast<std::uint64_t>(*p - '0');
+      if (tid != self && !task_exited(dir, e->name)) ++running;
+    }
+  }
+  close_nc(dir);
+  errno = saved_errno;
+  return failed ? -1 : running;
 }
 
 void for_each_resident_page_run(std::uintptr_t begin, std::uintptr_t end,

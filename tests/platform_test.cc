@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -142,8 +143,8 @@ TEST(PlatformZeroPages, WithoutPagemapUntouchedRunsAreDecommitted) { ZeroPagesCh
 
 // What the platform layer calls inside malloc's functions is no cancellation point: a thread
 // with a cancellation pending (deferred, the default) goes through zero_pages (which reads
-// /proc/self/pagemap: calloc of a reused block), process_resident_bytes, write_fd and sleep_ms
-// and only then acts on it, at its own pthread_testcancel. Before, the open and pread of pagemap
+// /proc/self/pagemap: calloc of a reused block), process_resident_bytes, write_fd, the background
+// thread's wait and its look at the thread list, and only then acts on it, at its own pthread_testcancel. Before, the open and pread of pagemap
 // unwound it from inside calloc: the block was lost, and on the large stash's path its heap's lock
 // stayed held, on which the next fork hung.
 struct CancelProbe {
@@ -161,10 +162,51 @@ void* CancelledThread(void* arg) {
   platform::zero_pages(probe->p, 32 * kOs);
   (void)platform::process_resident_bytes();
   platform::write_fd(probe->devnull, "x", 1);
-  platform::sleep_ms(1);
+  std::atomic<std::uint32_t> word{0};
+  platform::wait_while_equal(&word, 0, 1);
+  (void)platform::other_running_threads();
   probe->reached = true;
   pthread_testcancel();
   return nullptr;
+}
+
+// The background thread's look at the thread list (background.cc): a running thread counts
+// until it has exited, the caller never.
+TEST(Platform, OtherRunningThreadsCountsAThreadUntilItHasExited) {
+  const long before = platform::other_running_threads();
+  ASSERT_GE(before, 0) << "/proc/self/task cannot be read";
+  std::atomic<bool> go{false};
+  std::thread t([&go] {
+    while (!go.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  EXPECT_EQ(platform::other_running_threads(), before + 1);
+  go.store(true);
+  t.join();
+  // After the join the kernel may list the thread a moment longer, still running its exit.
+  long after = platform::other_running_threads();
+  for (int tries = 0; tries < 5000 && after != before; ++tries) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    after = platform::other_running_threads();
+  }
+  EXPECT_EQ(after, before);
+}
+
+// A wait on a word that no longer holds the expected value returns at once; one that does
+// returns when woken (here: after its time, no thread wakes it).
+TEST(Platform, WaitWhileEqualReturnsWhenTheWordDiffers) {
+  std::atomic<std::uint32_t> word{7};
+  const auto start = std::chrono::steady_clock::now();
+  platform::wait_while_equal(&word, 8, 60000);  // differs: no wait at all
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  std::thread waker([&word] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    word.store(8);
+    platform::wake_all(&word);
+  });
+  platform::wait_while_equal(&word, 7, 60000);  // woken long before its minute
+  waker.join();
+  EXPECT_EQ(word.load(), 8u);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
 }
 
 TEST(Platform, NoCallInsideMallocActsOnAPendingCancellation) {

@@ -22,6 +22,7 @@
 // being freed it passes every purge delay (at least kMinSleepMs).
 #include "threadcache/background.h"
 
+#include <algorithm>
 #include <atomic>
 
 #include "core/central_pool.h"
@@ -42,11 +43,13 @@ namespace {
 
 constexpr std::uint64_t kMinSleepMs = 20;
 
-// 0: not started; 1: starting or running.
+// 0: not started (or ended); 1: starting or running.
 std::atomic<int> g_state{0};
-// The thread runs (set by it first thing; it never ends): g_state turns 1 before the thread
-// exists, and a scan that counted it then would take another thread of the program for it.
+// The thread runs (set by it first thing, cleared as it ends): g_state turns 1 before the
+// thread exists, and a scan that counted it then would take another thread of the program for it.
 std::atomic<bool> g_running{false};
+// Bumped by background_heaps_gone, so that the thread's sleep ends (platform::wait_while_equal).
+std::atomic<std::uint32_t> g_wake{0};
 std::atomic<std::size_t> g_bytes_returned{0};
 
 // The pass's own state, under g_pass_lock (a test may call background_pass beside the thread).
@@ -129,17 +132,43 @@ void clear_spans() {
 // locks (nothing else is held when it is taken).
 SpinLock g_pass_gate;
 
+// The thread must never be what keeps the process alive. A program whose main thread calls
+// pthread_exit ends when its last thread does (glibc's exit(0) in that thread); were this
+// thread to run on, the process would never end (a Python child forked from a thread whose
+// last thread returned waited for ever, test_threading's test_3_join_in_forked_from_thread).
+// So once no thread heap is attached (every thread that allocated has exited or was reaped),
+// it looks at the process's threads, and ends as soon as it is the only one running: it is the
+// last thread then, and glibc ends the process with exit(0) on it, as the program's last
+// thread would have. The exiting thread is still running when its heap goes, so the looks go
+// on at short intervals (kLonelyFirstMs, doubling) while no heap is attached. A thread of the
+// program that never allocated keeps it running; an unreadable thread list ends it (it starts
+// again with the next second heap, background_maybe_start).
+constexpr std::uint64_t kLonelyFirstMs = 1;
+
 void* background_main(void*) {
   g_running.store(true, std::memory_order_release);
   platform::name_this_thread("brisk-bg");
+  std::uint64_t lonely_sleep = kLonelyFirstMs;
   for (;;) {
+    // Read before heaps_live: a heap that goes after this read changes the word, and the wait
+    // below returns at once.
+    const std::uint32_t wake = g_wake.load(std::memory_order_acquire);
     std::uint64_t sleep = 1000;  // lever off (a strategy switch may turn it on again)
     if (options::get(options::Id::kBackground) != 0) {
       LockGuard gate(g_pass_gate);
       sleep = background_pass(platform::now_ms());
     }
-    platform::sleep_ms(sleep);
+    if (stats::g.heaps_live.load(std::memory_order_acquire) == 0) {
+      if (platform::other_running_threads() <= 0) break;
+      sleep = std::min(sleep, lonely_sleep);
+      lonely_sleep = std::min<std::uint64_t>(lonely_sleep * 2, 1000);
+    } else {
+      lonely_sleep = kLonelyFirstMs;
+    }
+    platform::wait_while_equal(&g_wake, wake, sleep);
   }
+  g_running.store(false, std::memory_order_release);
+  g_state.store(0, std::memory_order_release);
   return nullptr;
 }
 
@@ -152,6 +181,12 @@ void background_maybe_start() {
   int expected = 0;
   if (!g_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) return;
   if (!platform::start_thread(background_main, nullptr)) g_state.store(0, std::memory_order_relaxed);
+}
+
+void background_heaps_gone() {
+  if (g_state.load(std::memory_order_relaxed) == 0) return;
+  g_wake.fetch_add(1, std::memory_order_release);
+  platform::wake_all(&g_wake);
 }
 
 void background_reset_in_child() {

@@ -16,6 +16,9 @@ class Heap;
 // single-threaded shortcuts, keep working). Called when a heap is created and when the
 // strategy changes; cheap once the thread runs.
 void background_maybe_start();
+// Called when the last attached thread heap goes (heap_retire): wakes the thread, which ends
+// once it is the process's only running thread (background.cc, background_main).
+void background_heaps_gone();
 // The child of fork has no background thread; the next heap it creates starts one.
 void background_reset_in_child();
 // The debug layer's leak scan (debug/leaks.cc) reads the whole process's memory at exit; a

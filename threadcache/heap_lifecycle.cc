@@ -210,7 +210,8 @@ void park_debug_heap(Heap* h) {
 void heap_retire(Heap* h) {
   heap_detach(h);
   park_debug_heap(h);
-  stats::add(stats::g.heaps_live, -1);
+  // The last heap: the background thread ends once it is the process's only thread.
+  if (stats::g.heaps_live.fetch_sub(1, std::memory_order_acq_rel) == 1) background_heaps_gone();
   heap_pool_push(h);
 }
 
