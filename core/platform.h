@@ -106,14 +106,19 @@ void set_clock_for_test(std::uint64_t (*clock)());
 // may be the process's last and then runs its exit handlers (background.cc). False if the
 // thread could not be created.
 bool start_thread(void* (*fn)(void*), void* arg);
+// For a thread start_thread made, about to end as the process's last thread (whose exit
+// handlers then run on it): gives it back the signal mask of the thread that started it, the
+// program's, so that a signal sent meanwhile acts as it would on a thread of the program.
+void restore_starter_signal_mask();
 void name_this_thread(const char* name);  // as top and ps -L show it
 // Sleeps up to ms milliseconds while *word holds expected (a private futex): returns at once
 // if it does not, when wake_all(word) is called, or early on a signal. errno kept.
 void wait_while_equal(const std::atomic<std::uint32_t>* word, std::uint32_t expected, std::uint64_t ms);
 void wake_all(const std::atomic<std::uint32_t>* word);
-// How many threads of the process besides the calling one have not exited (/proc/self/task:
-// a main thread that called pthread_exit stays listed as a zombie until the process ends, and
-// does not count), read without malloc; -1 if the list cannot be read. errno kept.
+// How many threads of the process besides the calling one have not exited: /proc/self/stat's
+// count of its threads, less a main thread that called pthread_exit (a zombie, counted until
+// the process ends); a thread on its way out counts until the kernel has released it. Read
+// without malloc; -1 if it cannot be read. errno kept.
 long other_running_threads();
 
 // The calling thread's OS id (gettid).

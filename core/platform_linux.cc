@@ -441,10 +441,17 @@ void set_clock_for_test(std::uint64_t (*clock)()) { g_test_clock.store(clock, st
 
 void name_this_thread(const char* name) { pthread_setname_np(pthread_self(), name); }
 
+namespace {
+// The signal mask of the thread that called start_thread last (the program's), before it
+// blocked every signal for the new thread.
+sigset_t g_starter_mask;
+}  // namespace
+
 bool start_thread(void* (*fn)(void*), void* arg) {
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);  // the new thread inherits the mask
+  g_starter_mask = old;  // read by the new thread only (restore_starter_signal_mask), after its start
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
@@ -454,6 +461,8 @@ bool start_thread(void* (*fn)(void*), void* arg) {
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   return ok;
 }
+
+void restore_starter_signal_mask() { pthread_sigmask(SIG_SETMASK, &g_starter_mask, nullptr); }
 
 void wait_while_equal(const std::atomic<std::uint32_t>* word, std::uint32_t expected, std::uint64_t ms) {
   static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t), "a futex word");
@@ -560,89 +569,48 @@ std::size_t process_resident_bytes() {
   return pages * static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
 }
 
-std::size_t process_thread_count() {
-  char text[1024];
-  if (!read_proc_file("/proc/self/stat", text, sizeof text)) return 0;
-  // "pid (comm) state ppid ...": comm may hold spaces and parentheses, so fields are counted
-  // from the last ')'; num_threads is the 20th field, the 18th after it.
-  const char* p = strrchr(text, ')');
-  if (p == nullptr) return 0;
-  for (int field = 2; field < 20; ++field) {
-    p = strchr(p + 1, ' ');
-    if (p == nullptr) return 0;
-  }
-  std::size_t threads = 0;
-  for (++p; *p >= '0' && *p <= '9'; ++p) threads = threads * 10 + static_cast<std::size_t>(*p - '0');
-  return threads;
-}
-
 namespace {
 
-// Whether the thread listed as `name` in the directory task_dir (/proc/self/task) has exited:
-// its stat gone, or its state zombie or dead. A stat that cannot be read otherwise counts as
-// running.
-bool task_exited(int task_dir, const char* name) {
-  char path[40];
+// /proc/self/stat's state (the main thread's: 'Z' once it has called pthread_exit while other
+// threads run) and num_threads (every thread of the process, such a main thread included: one
+// count the kernel keeps, where a listing of /proc/self/task is no snapshot and can miss a
+// thread while another exits). False if it cannot be read.
+bool read_self_stat(char* state, std::size_t* threads) {
+  char text[1024];
+  if (!read_proc_file("/proc/self/stat", text, sizeof text)) return false;
+  // "pid (comm) state ppid ...": comm may hold spaces and parentheses, so fields are counted
+  // from the last ')'; the state is the 3rd field, the 1st after it, num_threads the 20th.
+  const char* p = strrchr(text, ')');
+  if (p == nullptr || p[1] != ' ' || p[2] == '\0') return false;
+  *state = p[2];
+  for (int field = 2; field < 20; ++field) {
+    p = strchr(p + 1, ' ');
+    if (p == nullptr) return false;
+  }
   std::size_t n = 0;
-  for (const char* p = name; *p != '\0' && n < 24; ++p) path[n++] = *p;
-  for (const char* p = "/stat"; *p != '\0'; ++p) path[n++] = *p;
-  path[n] = '\0';
-  const int fd = static_cast<int>(syscall(SYS_openat, task_dir, path, O_RDONLY | O_CLOEXEC));
-  if (fd < 0) return errno == ENOENT;
-  char text[512];
-  ssize_t got;
-  do {
-    got = read_nc(fd, text, sizeof text);
-  } while (got < 0 && errno == EINTR);
-  close_nc(fd);
-  // "tid (comm) S ...": comm may hold anything, so the state is read after the last ')'.
-  ssize_t close_paren = -1;
-  for (ssize_t k = 0; k < got; ++k)
-    if (text[k] == ')') close_paren = k;
-  if (close_paren < 0 || close_paren + 2 >= got) return false;
-  return text[close_paren + 2] == 'Z' || text[close_paren + 2] == 'X';
+  for (++p; *p >= '0' && *p <= '9'; ++p) n = n * 10 + static_cast<std::size_t>(*p - '0');
+  *threads = n;
+  return true;
 }
 
 }  // namespace
 
+std::size_t process_thread_count() {
+  char state;
+  std::size_t threads;
+  return read_self_stat(&state, &threads) ? threads : 0;
+}
+
 long other_running_threads() {
   const int saved_errno = errno;
-  const int dir = open_nc("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir < 0) {
-    errno = saved_errno;
-    return -1;
-  }
-  const std::uint64_t self = current_thread_id();
-  long running = 0;
-  bool failed = false;
-  // getdents64's records: inode, offset, record length, type, then the name.
-  struct Entry {
-    std::uint64_t inode;
-    std::int64_t offset;
-    unsigned short length;
-    unsigned char type;
-    char name[1];
-  };
-  alignas(8) char records[2048];
-  for (;;) {
-    const long got = syscall(SYS_getdents64, dir, records, sizeof records);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) {
-      failed = got < 0;
-      break;
-    }
-    for (long at = 0; at < got;) {
-      const auto* e = reinterpret_cast<const Entry*>(records + at);
-      at += e->length;
-      if (e->name[0] < '0' || e->name[0] > '9') continue;  // "." and ".."
-      std::uint64_t tid = 0;
-      for (const char* p = e->name; *p >= '0' && *p <= '9'; ++p) tid = tid * 10 + static_cast<std::uint64_t>(*p - '0');
-      if (tid != self && !task_exited(dir, e->name)) ++running;
-    }
-  }
-  close_nc(dir);
+  char state;
+  std::size_t threads;
+  const bool read = read_self_stat(&state, &threads) && threads > 0;
   errno = saved_errno;
-  return failed ? -1 : running;
+  if (!read) return -1;
+  auto others = static_cast<long>(threads) - 1;  // not the caller, which runs
+  if (state == 'Z' || state == 'X') --others;     // the main thread, gone by pthread_exit
+  return others < 0 ? 0 : others;
 }
 
 void for_each_resident_page_run(std::uintptr_t begin, std::uintptr_t end,

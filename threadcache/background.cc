@@ -133,16 +133,17 @@ void clear_spans() {
 SpinLock g_pass_gate;
 
 // The thread must never be what keeps the process alive. A program whose main thread calls
-// pthread_exit ends when its last thread does (glibc's exit(0) in that thread); were this
-// thread to run on, the process would never end (a Python child forked from a thread whose
-// last thread returned waited for ever, test_threading's test_3_join_in_forked_from_thread).
-// So once no thread heap is attached (every thread that allocated has exited or was reaped),
-// it looks at the process's threads, and ends as soon as it is the only one running: it is the
-// last thread then, and glibc ends the process with exit(0) on it, as the program's last
-// thread would have. The exiting thread is still running when its heap goes, so the looks go
-// on at short intervals (kLonelyFirstMs, doubling) while no heap is attached. A thread of the
-// program that never allocated keeps it running; an unreadable thread list ends it (it starts
-// again with the next second heap, background_maybe_start).
+// pthread_exit ends when its last thread does (glibc's exit(0) in that thread, or the kernel
+// once no thread is left); were this thread to run on, the process would never end (a Python
+// child forked from a thread, whose last thread returned, waited for ever: test_threading's
+// test_3_join_in_forked_from_thread). So at every wake it counts the process's other running
+// threads (platform::other_running_threads, one read of /proc/self/stat), and ends when there
+// are none: it is the last thread, and glibc ends the process with exit(0) on it, as the
+// program's last thread would have, with the program's signal mask back. When the last
+// attached heap goes it is woken (background_heaps_gone); the exiting thread still runs then,
+// so while no heap is attached it looks again after kLonelyFirstMs, doubling. A count it cannot
+// read ends it only when no heap is attached either (it starts again with the next second heap,
+// background_maybe_start).
 constexpr std::uint64_t kLonelyFirstMs = 1;
 
 void* background_main(void*) {
@@ -158,8 +159,10 @@ void* background_main(void*) {
       LockGuard gate(g_pass_gate);
       sleep = background_pass(platform::now_ms());
     }
-    if (stats::g.heaps_live.load(std::memory_order_acquire) == 0) {
-      if (platform::other_running_threads() <= 0) break;
+    const bool no_heap = stats::g.heaps_live.load(std::memory_order_acquire) == 0;
+    const long others = platform::other_running_threads();
+    if (others == 0 || (others < 0 && no_heap)) break;
+    if (no_heap) {
       sleep = std::min(sleep, lonely_sleep);
       lonely_sleep = std::min<std::uint64_t>(lonely_sleep * 2, 1000);
     } else {
@@ -167,6 +170,7 @@ void* background_main(void*) {
     }
     platform::wait_while_equal(&g_wake, wake, sleep);
   }
+  platform::restore_starter_signal_mask();
   g_running.store(false, std::memory_order_release);
   g_state.store(0, std::memory_order_release);
   return nullptr;
