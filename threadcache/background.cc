@@ -136,20 +136,24 @@ SpinLock g_pass_gate;
 // pthread_exit ends when its last thread does (glibc's exit(0) in that thread, or the kernel
 // once no thread is left); were this thread to run on, the process would never end (a Python
 // child forked from a thread, whose last thread returned, waited for ever: test_threading's
-// test_3_join_in_forked_from_thread). So at every wake it counts the process's other running
-// threads (platform::other_running_threads, one read of /proc/self/stat), and ends when there
-// are none: it is the last thread, and glibc ends the process with exit(0) on it, as the
-// program's last thread would have, with the program's signal mask back. When the last
-// attached heap goes it is woken (background_heaps_gone); the exiting thread still runs then,
-// so while no heap is attached it looks again after kLonelyFirstMs, doubling. A count it cannot
-// read ends it only when no heap is attached either (it starts again with the next second heap,
-// background_maybe_start).
+// test_3_join_in_forked_from_thread). So it counts the process's other running threads
+// (platform::other_running_threads, one read of /proc/self/stat), and ends when there are none:
+// it is the last thread, and glibc ends the process with exit(0) on it, as the program's last
+// thread would have, with the program's signal mask back. When the last attached heap goes it
+// is woken (background_heaps_gone); the exiting thread still runs then, so while no heap is
+// attached it counts at every wake, looking again after kLonelyFirstMs, doubling. While heaps
+// are attached it counts once per kCountEveryMs (a thread gone by the exit system call leaves
+// its heap attached until a pass reaps it, which a lever switched off never does). A count it
+// cannot read ends it only when no heap is attached either (it starts again with the next
+// second heap, background_maybe_start).
 constexpr std::uint64_t kLonelyFirstMs = 1;
+constexpr std::uint64_t kCountEveryMs = 1000;
 
 void* background_main(void*) {
   g_running.store(true, std::memory_order_release);
   platform::name_this_thread("brisk-bg");
   std::uint64_t lonely_sleep = kLonelyFirstMs;
+  std::uint64_t counted_at = 0;
   for (;;) {
     // Read before heaps_live: a heap that goes after this read changes the word, and the wait
     // below returns at once.
@@ -160,8 +164,12 @@ void* background_main(void*) {
       sleep = background_pass(platform::now_ms());
     }
     const bool no_heap = stats::g.heaps_live.load(std::memory_order_acquire) == 0;
-    const long others = platform::other_running_threads();
-    if (others == 0 || (others < 0 && no_heap)) break;
+    const std::uint64_t now = platform::now_ms();
+    if (no_heap || now - counted_at >= kCountEveryMs) {
+      counted_at = now;
+      const long others = platform::other_running_threads();
+      if (others == 0 || (others < 0 && no_heap)) break;
+    }
     if (no_heap) {
       sleep = std::min(sleep, lonely_sleep);
       lonely_sleep = std::min<std::uint64_t>(lonely_sleep * 2, 1000);
