@@ -38,20 +38,27 @@ static char task_state(const char* tid) {
   return paren != NULL && paren[1] == ' ' ? paren[2] : 0;
 }
 
-/* Whether a thread named brisk-bg runs in this process. */
-static int background_thread_runs(void) {
-  DIR* d = opendir("/proc/self/task");
+/* Walks the threads of the process whose directory is proc_dir ("/proc/self", "/proc/<pid>"):
+ * prints each one's id and name to stderr if print, and returns whether one is named brisk-bg. */
+static int walk_threads(const char* proc_dir, int print) {
+  char task_dir[64];
+  snprintf(task_dir, sizeof task_dir, "%s/task", proc_dir);
+  DIR* d = opendir(task_dir);
   if (d == NULL) return 0;
   int found = 0;
   struct dirent* e;
   while ((e = readdir(d)) != NULL) {
     if (e->d_name[0] == '.') continue;
-    char path[300], name[32] = "";
-    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+    char path[384], name[32] = "?";
+    snprintf(path, sizeof path, "%s/%s/comm", task_dir, e->d_name);
     FILE* f = fopen(path, "r");
-    if (f == NULL) continue;
-    if (fgets(name, sizeof name, f) != NULL && strncmp(name, "brisk-bg", 8) == 0) found = 1;
-    fclose(f);
+    if (f != NULL) {
+      if (fgets(name, sizeof name, f) == NULL) strcpy(name, "?");
+      fclose(f);
+    }
+    name[strcspn(name, "\n")] = '\0';
+    if (strcmp(name, "brisk-bg") == 0) found = 1;
+    if (print) fprintf(stderr, "  thread %s: %s\n", e->d_name, name);
   }
   closedir(d);
   return found;
@@ -96,7 +103,7 @@ static void* worker(void* arg) {
   snprintf(main_tid, sizeof main_tid, "%d", (int)getpid());
   int seen = 0;
   for (int tries = 0; tries < 500; ++tries) {
-    seen = background_thread_runs();
+    seen = walk_threads("/proc/self", 0);
     if (seen && task_state(main_tid) == 'Z') break;
     sleep_ms(10);
   }
@@ -118,28 +125,6 @@ static int child(void) {
   pthread_mutex_unlock(&g_lock);
   free(p);
   pthread_exit(NULL);
-}
-
-/* Prints the threads left in process pid, for a child that did not end. */
-static void list_threads(pid_t pid) {
-  char dir_path[64];
-  snprintf(dir_path, sizeof dir_path, "/proc/%d/task", (int)pid);
-  DIR* d = opendir(dir_path);
-  if (d == NULL) return;
-  struct dirent* e;
-  while ((e = readdir(d)) != NULL) {
-    if (e->d_name[0] == '.') continue;
-    char path[320], name[32] = "?";
-    snprintf(path, sizeof path, "/proc/%d/task/%s/comm", (int)pid, e->d_name);
-    FILE* f = fopen(path, "r");
-    if (f != NULL) {
-      if (fgets(name, sizeof name, f) == NULL) strcpy(name, "?");
-      fclose(f);
-    }
-    name[strcspn(name, "\n")] = '\0';
-    fprintf(stderr, "  thread %s: %s\n", e->d_name, name);
-  }
-  closedir(d);
 }
 
 int main(int argc, char** argv) {
@@ -166,7 +151,9 @@ int main(int argc, char** argv) {
   if (done == 0) {
     fprintf(stderr, "FAIL: the child is still running %d s after its main thread called pthread_exit "
             "(its last thread should have ended it); its threads:\n", kLimitSeconds);
-    list_threads(pid);
+    char proc_dir[32];
+    snprintf(proc_dir, sizeof proc_dir, "/proc/%d", (int)pid);
+    walk_threads(proc_dir, 1);
     kill(pid, SIGKILL);
     waitpid(pid, &status, 0);
     return 1;

@@ -141,11 +141,11 @@ SpinLock g_pass_gate;
 // it is the last thread, and glibc ends the process with exit(0) on it, as the program's last
 // thread would have, with the program's signal mask back. When the last attached heap goes it
 // is woken (background_heaps_gone); the exiting thread still runs then, so while no heap is
-// attached it counts at every wake, looking again after kLonelyFirstMs, doubling. While heaps
-// are attached it counts once per kCountEveryMs (a thread gone by the exit system call leaves
-// its heap attached until a pass reaps it, which a lever switched off never does). A count it
-// cannot read ends it only when no heap is attached either (it starts again with the next
-// second heap, background_maybe_start).
+// attached it counts at every wake, looking again after kLonelyFirstMs, doubling up to
+// kCountEveryMs. While heaps are attached it counts once per kCountEveryMs (a thread gone by
+// the exit system call leaves its heap attached until a pass reaps it, which a lever switched
+// off never does). A count it cannot read ends it only when no heap is attached either (it
+// starts again with the next second heap, background_maybe_start).
 constexpr std::uint64_t kLonelyFirstMs = 1;
 constexpr std::uint64_t kCountEveryMs = 1000;
 
@@ -172,7 +172,7 @@ void* background_main(void*) {
     }
     if (no_heap) {
       sleep = std::min(sleep, lonely_sleep);
-      lonely_sleep = std::min<std::uint64_t>(lonely_sleep * 2, 1000);
+      lonely_sleep = std::min(lonely_sleep * 2, kCountEveryMs);
     } else {
       lonely_sleep = kLonelyFirstMs;
     }
