@@ -6,7 +6,7 @@
 // foreign pointer to brisk's free. Each is a thin shell over the inline entry points
 // (entry.h), so malloc's body is the thread cache's fast path; the rules that differ between
 // them (memalign's rounding, posix_memalign's result, pvalloc's page rounding,
-// reallocarray's overflow) are here.
+// reallocarray's overflow) are here. glibc's __libc_* names for them are aliases.
 #include <brisk/brisk.h>
 #include <errno.h>
 #include <limits.h>
@@ -123,6 +123,23 @@ BRISK_EXPORT void* pvalloc(size_t size) noexcept {
   }
   return aligned_alloc_impl(kOsPageSize, rounded);
 }
+
+// glibc exports its allocator under these names as well (GLIBC_2.2.5; its headers declare
+// none), and some programs and preloaded shims call them directly: a tracing shim's malloc that
+// runs before dlsym(RTLD_NEXT, "malloc") has answered commonly falls back on __libc_malloc.
+// Served by glibc, such a block reached brisk's free as an invalid pointer, and a brisk block
+// given to __libc_free reached glibc's. Here they are the same entry points under a second name
+// (copy: the target's attributes as glibc declares them, malloc and alloc_size among them).
+#define BRISK_ALIAS_OF(f) __attribute__((alias(#f), copy(f)))
+BRISK_EXPORT void* __libc_malloc(size_t size) noexcept BRISK_ALIAS_OF(malloc);
+BRISK_EXPORT void __libc_free(void* p) noexcept BRISK_ALIAS_OF(free);
+BRISK_EXPORT void* __libc_calloc(size_t count, size_t size) noexcept BRISK_ALIAS_OF(calloc);
+BRISK_EXPORT void* __libc_realloc(void* p, size_t size) noexcept BRISK_ALIAS_OF(realloc);
+BRISK_EXPORT void* __libc_memalign(size_t alignment, size_t size) noexcept BRISK_ALIAS_OF(memalign);
+BRISK_EXPORT void* __libc_valloc(size_t size) noexcept BRISK_ALIAS_OF(valloc);
+BRISK_EXPORT void* __libc_pvalloc(size_t size) noexcept BRISK_ALIAS_OF(pvalloc);
+
+#undef BRISK_ALIAS_OF
 
 BRISK_EXPORT size_t malloc_usable_size(void* p) noexcept { return usable_size_impl(p); }
 BRISK_EXPORT void free_sized(void* p, size_t size) noexcept { free_checked_impl(p, 0, size); }

@@ -15,13 +15,20 @@ check=0
 lib=${1:-build/libbrisk.so}
 raw=$(
 printf '%-14s %6s %6s %s\n' entry insns calls "tail jumps to slow paths"
+# By address and size from the dynamic symbol table, not by name: an entry point with a second
+# name (glibc's __libc_malloc is malloc) may be labelled by either in objdump's output.
+symbols=$(nm -D -S --defined-only "$lib")
 for sym in malloc free _Znwm _ZdlPv _ZdlPvm calloc realloc brisk_malloc brisk_free; do
-  objdump -d --no-show-raw-insn --disassemble="$sym" "$lib" | awk -v name="$sym" '
+  read -r addr size < <(awk -v s="$sym" '$4 == s { print $1, $2 }' <<<"$symbols")
+  start=$((16#$addr))
+  objdump -d --no-show-raw-insn --start-address="$start" --stop-address=$((start + 16#$size)) "$lib" |
+  awk -v name="$sym" '
+    /^[0-9a-f]+ <.*>:$/ && label == "" { label = $2; sub(/^</, "", label); sub(/>:$/, "", label) }
     /^[[:space:]]+[0-9a-f]+:/ {
       if (!done) n++
       if ($0 ~ /[[:space:]]ret/) done = 1
       if ($0 ~ /[[:space:]]call[[:space:]]/) calls++
-      if ($0 ~ /[[:space:]]jmp[[:space:]]+[0-9a-f]+ </ && $0 !~ ("<" name "\\+")) {
+      if ($0 ~ /[[:space:]]jmp[[:space:]]+[0-9a-f]+ </ && index($0, "<" label "+") == 0) {
         sub(/.*</, "", $0); sub(/>.*/, "", $0); exits = exits " " $0
       }
     }

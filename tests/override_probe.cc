@@ -79,6 +79,9 @@ const char* const kEntryPoints[] = {
     "malloc", "free", "calloc", "realloc", "reallocarray", "memalign", "posix_memalign", "aligned_alloc",
     "valloc", "pvalloc", "malloc_usable_size", "malloc_trim", "free_sized", "free_aligned_sized", "cfree",
     "mallinfo", "mallinfo2", "malloc_stats", "malloc_info",
+    // glibc's other names for its allocator (GLIBC_2.2.5), which programs and preloaded shims call
+    "__libc_malloc", "__libc_free", "__libc_calloc", "__libc_realloc", "__libc_memalign", "__libc_valloc",
+    "__libc_pvalloc",
     // operator new: plain, nothrow, aligned, aligned nothrow; scalar and array
     "_Znwm", "_Znam", "_ZnwmRKSt9nothrow_t", "_ZnamRKSt9nothrow_t", "_ZnwmSt11align_val_t",
     "_ZnamSt11align_val_t", "_ZnwmSt11align_val_tRKSt9nothrow_t", "_ZnamSt11align_val_tRKSt9nothrow_t",
@@ -93,6 +96,17 @@ void LocalFunction() {}
 // glibc keeps cfree only as a compatibility symbol, without a declaration.
 extern "C" void cfree(void* p);
 
+// glibc exports its allocator under these names too, and declares none of them.
+extern "C" {
+void* __libc_malloc(size_t size);
+void __libc_free(void* p);
+void* __libc_calloc(size_t count, size_t size);
+void* __libc_realloc(void* p, size_t size);
+void* __libc_memalign(size_t alignment, size_t size);
+void* __libc_valloc(size_t size);
+void* __libc_pvalloc(size_t size);
+}
+
 #ifdef BRISK_PROBE_STATIC
 // The static library's definitions, referenced directly (a symbol that no shared library
 // references need not appear in the executable's dynamic symbol table).
@@ -104,6 +118,13 @@ void* DirectAddress(const std::string& name) {
   if (name == "mallinfo2") return reinterpret_cast<void*>(&mallinfo2);
   if (name == "malloc_stats") return reinterpret_cast<void*>(&malloc_stats);
   if (name == "malloc_info") return reinterpret_cast<void*>(&malloc_info);
+  if (name == "__libc_malloc") return reinterpret_cast<void*>(&__libc_malloc);
+  if (name == "__libc_free") return reinterpret_cast<void*>(&__libc_free);
+  if (name == "__libc_calloc") return reinterpret_cast<void*>(&__libc_calloc);
+  if (name == "__libc_realloc") return reinterpret_cast<void*>(&__libc_realloc);
+  if (name == "__libc_memalign") return reinterpret_cast<void*>(&__libc_memalign);
+  if (name == "__libc_valloc") return reinterpret_cast<void*>(&__libc_valloc);
+  if (name == "__libc_pvalloc") return reinterpret_cast<void*>(&__libc_pvalloc);
   return nullptr;
 }
 #endif
@@ -142,6 +163,39 @@ void CheckResolution() {
     fprintf(stderr, "override_probe: %d check(s) failed\n", g_failures + 1);
     exit(1);
   }
+}
+
+// The __libc_* names are brisk's allocator too: a block from one name is freed or resized by
+// another (with glibc serving them, free of a __libc_malloc block is an invalid free in brisk).
+void CheckLibcNames() {
+  void* p = __libc_malloc(Opaque(100));
+  CheckBlock("__libc_malloc", p, 100, 16);
+  free(p);
+  p = malloc(Opaque(200));
+  CheckBlock("malloc", p, 200, 16);
+  __libc_free(p);
+  __libc_free(nullptr);
+  unsigned char* z = static_cast<unsigned char*>(__libc_calloc(Opaque(300), 1));
+  CHECK(z != nullptr, "__libc_calloc(300, 1)");
+  if (z != nullptr) {
+    bool zero = true;
+    for (size_t i = 0; i < 300; ++i) zero &= z[i] == 0;
+    CHECK(zero, "__libc_calloc(300, 1) not zeroed");
+    Fill(z, 300, 5);
+    void* q = __libc_realloc(z, Opaque(70000));
+    CHECK(q != nullptr && Verify(q, 300, 5), "__libc_realloc 300 -> 70000 lost contents");
+    if (q != nullptr) CheckBlock("__libc_realloc", q, 70000, 16);
+    free(q);
+  }
+  p = __libc_memalign(Opaque(256), 1000);
+  CheckBlock("__libc_memalign", p, 1000, 256);
+  __libc_free(p);
+  p = __libc_valloc(Opaque(10));
+  CheckBlock("__libc_valloc", p, 10, 4096);
+  free(p);
+  p = __libc_pvalloc(Opaque(10));
+  CheckBlock("__libc_pvalloc", p, 4096, 4096);
+  __libc_free(p);
 }
 
 // ---- 2. the malloc family -----------------------------------------------------------------------
@@ -491,6 +545,7 @@ int main() {
   CheckResolution();
   CheckNewHandler();
   CheckMallocFamily();
+  CheckLibcNames();
   CheckAlignedFamily();
   CheckOperatorNew();
   CheckLibraryInternals();
