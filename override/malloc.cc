@@ -127,9 +127,9 @@ BRISK_EXPORT void* pvalloc(size_t size) noexcept {
 // glibc exports its allocator under these names as well (GLIBC_2.2.5; its headers declare
 // none), and some programs and preloaded shims call them directly: a tracing shim's malloc that
 // runs before dlsym(RTLD_NEXT, "malloc") has answered commonly falls back on __libc_malloc.
-// Served by glibc, such a block reached brisk's free as an invalid pointer, and a brisk block
-// given to __libc_free reached glibc's. Here they are the same entry points under a second name
-// (copy: the target's attributes as glibc declares them, malloc and alloc_size among them).
+// Served by glibc, such a block would reach brisk's free as an invalid pointer, and a brisk
+// block given to __libc_free would reach glibc's, so they are the same entry points under a
+// second name (copy: the target's attributes as glibc declares them, malloc and alloc_size).
 #define BRISK_ALIAS_OF(f) __attribute__((alias(#f), copy(f)))
 BRISK_EXPORT void* __libc_malloc(size_t size) noexcept BRISK_ALIAS_OF(malloc);
 BRISK_EXPORT void __libc_free(void* p) noexcept BRISK_ALIAS_OF(free);

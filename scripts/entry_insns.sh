@@ -19,7 +19,8 @@ printf '%-14s %6s %6s %s\n' entry insns calls "tail jumps to slow paths"
 # name (glibc's __libc_malloc is malloc) may be labelled by either in objdump's output.
 symbols=$(nm -D -S --defined-only "$lib")
 for sym in malloc free _Znwm _ZdlPv _ZdlPvm calloc realloc brisk_malloc brisk_free; do
-  read -r addr size < <(awk -v s="$sym" '$4 == s { print $1, $2 }' <<<"$symbols")
+  read -r addr size < <(awk -v s="$sym" '$4 == s { print $1, $2 }' <<<"$symbols") ||
+    { echo "FAIL: $lib exports no $sym" >&2; exit 1; }
   start=$((16#$addr))
   objdump -d --no-show-raw-insn --start-address="$start" --stop-address=$((start + 16#$size)) "$lib" |
   awk -v name="$sym" '

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # libbrisk.so needs only libc (no libstdc++: a preloaded C program loads nothing more) and
-# exports only the allocator: the malloc family (with glibc's __libc_* names for it), operator new/delete, brisk_*, pthread_join and
-# thrd_join (override/threads.cc parks the joining thread's heap).
+# exports only the allocator: the malloc family (with glibc's __libc_* names for it), operator
+# new/delete, brisk_*, pthread_join and thrd_join (override/threads.cc parks the joining thread's
+# heap).
 #   library_symbols.sh path/to/libbrisk.so
 set -euo pipefail
 lib=$1

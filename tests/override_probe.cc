@@ -165,39 +165,6 @@ void CheckResolution() {
   }
 }
 
-// The __libc_* names are brisk's allocator too: a block from one name is freed or resized by
-// another (with glibc serving them, free of a __libc_malloc block is an invalid free in brisk).
-void CheckLibcNames() {
-  void* p = __libc_malloc(Opaque(100));
-  CheckBlock("__libc_malloc", p, 100, 16);
-  free(p);
-  p = malloc(Opaque(200));
-  CheckBlock("malloc", p, 200, 16);
-  __libc_free(p);
-  __libc_free(nullptr);
-  unsigned char* z = static_cast<unsigned char*>(__libc_calloc(Opaque(300), 1));
-  CHECK(z != nullptr, "__libc_calloc(300, 1)");
-  if (z != nullptr) {
-    bool zero = true;
-    for (size_t i = 0; i < 300; ++i) zero &= z[i] == 0;
-    CHECK(zero, "__libc_calloc(300, 1) not zeroed");
-    Fill(z, 300, 5);
-    void* q = __libc_realloc(z, Opaque(70000));
-    CHECK(q != nullptr && Verify(q, 300, 5), "__libc_realloc 300 -> 70000 lost contents");
-    if (q != nullptr) CheckBlock("__libc_realloc", q, 70000, 16);
-    free(q);
-  }
-  p = __libc_memalign(Opaque(256), 1000);
-  CheckBlock("__libc_memalign", p, 1000, 256);
-  __libc_free(p);
-  p = __libc_valloc(Opaque(10));
-  CheckBlock("__libc_valloc", p, 10, 4096);
-  free(p);
-  p = __libc_pvalloc(Opaque(10));
-  CheckBlock("__libc_pvalloc", p, 4096, 4096);
-  __libc_free(p);
-}
-
 // ---- 2. the malloc family -----------------------------------------------------------------------
 
 void CheckMallocFamily() {
@@ -269,6 +236,39 @@ void CheckMallocFamily() {
     CheckBlock("malloc (for free_sized)", b, s, 16);
     g_free_sized(b, s);
   }
+}
+
+// The __libc_* names are brisk's allocator too: a block from one name is freed or resized by
+// another (with glibc serving them, free of a __libc_malloc block is an invalid free in brisk).
+void CheckLibcNames() {
+  void* p = __libc_malloc(Opaque(100));
+  CheckBlock("__libc_malloc", p, 100, 16);
+  free(p);
+  p = malloc(Opaque(200));
+  CheckBlock("malloc", p, 200, 16);
+  __libc_free(p);
+  __libc_free(nullptr);
+  unsigned char* z = static_cast<unsigned char*>(__libc_calloc(Opaque(300), 1));
+  CHECK(z != nullptr, "__libc_calloc(300, 1)");
+  if (z != nullptr) {
+    bool zero = true;
+    for (size_t i = 0; i < 300; ++i) zero &= z[i] == 0;
+    CHECK(zero, "__libc_calloc(300, 1) not zeroed");
+    Fill(z, 300, 5);
+    void* q = __libc_realloc(z, Opaque(70000));
+    CHECK(q != nullptr && Verify(q, 300, 5), "__libc_realloc 300 -> 70000 lost contents");
+    if (q != nullptr) CheckBlock("__libc_realloc", q, 70000, 16);
+    free(q);
+  }
+  p = __libc_memalign(Opaque(256), 1000);
+  CheckBlock("__libc_memalign", p, 1000, 256);
+  __libc_free(p);
+  p = __libc_valloc(Opaque(10));
+  CheckBlock("__libc_valloc", p, 10, 4096);
+  free(p);
+  p = __libc_pvalloc(Opaque(10));
+  CheckBlock("__libc_pvalloc", p, 4096, 4096);
+  __libc_free(p);
 }
 
 // ---- 3. the aligned family: every power of two from 1 to 1 MiB ------------------------------------
